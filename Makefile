@@ -1,0 +1,51 @@
+# sdp_ext: streaming declarative pipelines inside PostgreSQL.
+#
+#   make                 the extension and the tools in tools/
+#   make install         the extension into the PostgreSQL found by pg_config
+#   make installcheck    pg_regress (sql/, expected/) and TAP (test/t/)
+#
+# Set CI=true (as CI does) for -Werror and assertion checks.
+
+EXTENSION = sdp_ext
+MODULE_big = sdp_ext
+OBJS = $(patsubst %.c,%.o,$(wildcard src/*.c src/operators/*.c))
+DATA = $(wildcard sdp_ext--*.sql)
+
+REGRESS = $(patsubst sql/%.sql,%,$(sort $(wildcard sql/*.sql)))
+REGRESS_OPTS = --temp-config=test/regress.conf --temp-instance=tmp_check_regress \
+	--inputdir=.
+
+TAP_TESTS = 1
+PROVE_TESTS = $(sort $(wildcard test/t/*.pl))
+PROVE_FLAGS = -I test/perl
+
+PG_CONFIG ?= pg_config
+
+PG_CFLAGS += -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers \
+	-Wno-sign-compare -Isrc
+ifeq ($(CI),true)
+PG_CFLAGS += -Werror -DUSE_ASSERT_CHECKING
+endif
+SHLIB_LINK += -lrdkafka -ljansson -lm
+
+# Tools: plain programs beside the extension (embedded broker, event generators).
+TOOLS = $(patsubst %.c,%,$(wildcard tools/*.c))
+TOOL_CFLAGS = -O2 -g -Wall -Wextra -Wno-unused-parameter $(if $(filter true,$(CI)),-Werror)
+EXTRA_CLEAN = $(TOOLS) tmp_check_regress results regression.diffs regression.out
+
+PGXS := $(shell $(PG_CONFIG) --pgxs)
+include $(PGXS)
+
+all: tools
+.PHONY: tools
+tools: $(TOOLS)
+
+tools/%: tools/%.c $(wildcard tools/*.h)
+	$(CC) $(TOOL_CFLAGS) -o $@ $< -lrdkafka -ljansson -lm -lpthread
+
+# The two halves of installcheck, runnable on their own (scripts/test.sh).
+.PHONY: regresscheck tapcheck
+regresscheck:
+	$(pg_regress_installcheck) $(REGRESS_OPTS) $(REGRESS)
+tapcheck:
+	$(prove_installcheck)

@@ -1,0 +1,57 @@
+# scripts/common.sh: shared steps of scripts/demo.sh and scripts/test.sh.
+# Sourced, not run.  Everything here must work as root on a new Debian 12
+# machine (CI) and as a sudo-capable user on a workstation.
+
+SDP_PG_VERSION=15
+SDP_PG_BIN=/usr/lib/postgresql/$SDP_PG_VERSION/bin
+SDP_PACKAGES=(gcc make postgresql-$SDP_PG_VERSION postgresql-server-dev-$SDP_PG_VERSION
+              librdkafka-dev libjansson-dev kcat libipc-run-perl)
+
+sdp_log() { printf '==> %s\n' "$*" >&2; }
+
+# Run a command as root: directly when we are root, else through sudo.
+sdp_as_root() {
+  if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
+}
+
+# Install the Debian packages that are missing (and only those).
+sdp_install_packages() {
+  local missing=() p
+  for p in "${SDP_PACKAGES[@]}" "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+  done
+  if [ ${#missing[@]} -gt 0 ]; then
+    sdp_log "installing ${missing[*]}"
+    sdp_as_root apt-get update -qq
+    sdp_as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  fi
+}
+
+# Build the extension and the tools, and install the extension.
+sdp_build_install() {
+  sdp_log "building sdp_ext and tools"
+  make -s -j2 CI="${CI:-}" >/dev/null
+  sdp_log "installing sdp_ext into PostgreSQL $SDP_PG_VERSION"
+  sdp_as_root make -s install >/dev/null
+}
+
+# A copy of the source tree in a fresh directory owned by the postgres OS
+# user, who runs the servers and the tests (the server refuses to run as
+# root, and CI's clone belongs to root).  Prints the directory.
+sdp_postgres_workdir() {
+  local dir
+  dir=$(mktemp -d /tmp/sdp_ext.XXXXXX)
+  tar --exclude=.git --exclude='tmp_check*' --exclude=results -cf - . | tar -C "$dir" -xf -
+  sdp_as_root chown -R postgres:postgres "$dir"
+  chmod 755 "$dir"
+  echo "$dir"
+}
+
+# Run a command as the postgres OS user with the PostgreSQL binaries first in PATH.
+sdp_as_postgres() {
+  if [ "$(id -un)" = postgres ]; then
+    env PATH="$SDP_PG_BIN:$PATH" "$@"
+  else
+    sdp_as_root runuser -u postgres -- env PATH="$SDP_PG_BIN:$PATH" HOME=/tmp "$@"
+  fi
+}

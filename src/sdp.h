@@ -1,0 +1,174 @@
+/*
+ * sdp.h
+ *		Declarations shared by the modules of sdp_ext.
+ *
+ * Module map (the src/ listing reads as the architecture):
+ *
+ *	sdp_main.c		_PG_init: GUCs, shared memory hooks, the launcher's registration
+ *	shmem.c			the flow slots in shared memory (state, counters, progress)
+ *	launcher.c		static background worker: starts, stops, restarts flow workers
+ *	catalog.c		reads and writes the sdp.* catalog tables on the extension's behalf
+ *	api.c			SQL-callable declaration functions (sources and flows)
+ *	status.c		SQL-callable monitoring (flow status, progress)
+ *	worker.c		the flow worker: poll, decode, transform, operate, write, commit
+ *	kafka_source.c	librdkafka consumer of one flow
+ *	json_decode.c	JSON payload -> tuple of the flow's input schema
+ *	input_schema.c	the declared input schema and the relation "input"
+ *	sink.c			the transform and target write plans
+ *	metrics.c		latency samples and their percentiles
+ */
+#ifndef SDP_H
+#define SDP_H
+
+#include "postgres.h"
+
+#include "datatype/timestamp.h"
+#include "port/atomics.h"
+#include "storage/latch.h"
+#include "storage/lwlock.h"
+#include "storage/spin.h"
+
+#define SDP_EXTENSION_NAME		"sdp_ext"
+#define SDP_SCHEMA				"sdp"
+
+/* Upper bound on partitions of one flow's topic shown in shared memory. */
+#define SDP_MAX_PARTITIONS		1024
+#define SDP_ERROR_LEN			512
+
+/* GUCs (sdp_main.c) */
+extern char *sdp_database;
+extern int	sdp_max_flows;
+extern int	sdp_launcher_naptime_ms;
+extern int	sdp_default_max_batch_rows;
+
+/*
+ * The life of a flow, as shown in sdp.flow_status.  STOPPED and FAILED are
+ * also persisted in sdp.flows (enabled = false / failed_at set), so they
+ * survive a server restart; the others exist only while a worker slot does.
+ */
+typedef enum SdpFlowState
+{
+	SDP_FLOW_STOPPED = 0,		/* not wanted (enabled = false) */
+	SDP_FLOW_STARTING,			/* worker registered, not yet consuming */
+	SDP_FLOW_RUNNING,			/* consuming and committing */
+	SDP_FLOW_STOPPING,			/* asked to stop, worker still alive */
+	SDP_FLOW_RESTARTING,		/* worker exited unexpectedly, waiting out backoff */
+	SDP_FLOW_FAILED				/* stopped by an error; needs sdp_start_flow */
+} SdpFlowState;
+
+extern const char *sdp_flow_state_name(SdpFlowState state);
+
+/* Latency percentiles of one kind over one reporting interval, in ms. */
+typedef struct SdpPercentiles
+{
+	double		p0;
+	double		p50;
+	double		p90;
+	double		p95;
+	double		p99;
+	int64		samples;
+} SdpPercentiles;
+
+/* The latest progress report of a flow (Spark's StreamingQueryProgress). */
+typedef struct SdpProgress
+{
+	int64		report_id;		/* 0 = no report yet */
+	TimestampTz timestamp;		/* end of the interval */
+	double		interval_s;
+	int64		batches;
+	int64		input_rows;
+	int64		output_rows;
+	double		input_rows_per_s;
+	double		processed_rows_per_s;
+	double		batch_ms_avg;
+	int64		max_batch_rows;
+	SdpPercentiles processing;	/* read from Kafka -> committed */
+	SdpPercentiles queuing;		/* Kafka timestamp -> read */
+	SdpPercentiles e2e;			/* Kafka timestamp -> committed */
+} SdpProgress;
+
+typedef struct SdpPartitionStat
+{
+	int32		partition;
+	int64		committed;		/* next offset to read, as committed in PG */
+	int64		high_watermark; /* as last seen from the broker, -1 unknown */
+} SdpPartitionStat;
+
+/*
+ * One flow's slot in shared memory.
+ *
+ * Locking: SdpShared->lock (exclusive) guards allocating and freeing slots,
+ * i.e. in_use and name; readers that look a slot up by name hold it shared.
+ * Everything else in a slot is guarded by its spinlock 'mutex': the worker
+ * updates its counters and state under it, readers copy the slot out under
+ * it and format the copy.  Nobody holds the spinlock across anything but
+ * plain memory copies.
+ */
+typedef struct SdpFlowSlot
+{
+	/* guarded by SdpShared->lock */
+	bool		in_use;
+	char		name[NAMEDATALEN];
+
+	/* guarded by mutex */
+	slock_t		mutex;
+	SdpFlowState state;
+	pid_t		pid;			/* worker pid, 0 when none */
+	uint64		generation;		/* bumped on each worker start */
+	TimestampTz registered_at;
+	TimestampTz started_at;
+	TimestampTz exited_at;
+	TimestampTz next_start_at;	/* RESTARTING: when the launcher retries */
+	int			restarts;		/* consecutive unexpected exits */
+	bool		exit_expected;	/* the worker stopped on request or failed */
+
+	uint64		messages_read;
+	uint64		rows_written;
+	uint64		rows_filtered;
+	uint64		rows_dead_lettered;
+	uint64		rows_skipped;
+	uint64		batches;
+	TimestampTz last_commit_at;
+
+	bool		broker_ok;
+	char		broker_error[SDP_ERROR_LEN];
+	TimestampTz broker_error_at;
+
+	char		last_error[SDP_ERROR_LEN];
+	TimestampTz last_error_at;
+
+	SdpProgress progress;
+
+	int			npartitions;
+	SdpPartitionStat partitions[SDP_MAX_PARTITIONS];
+} SdpFlowSlot;
+
+typedef struct SdpShared
+{
+	LWLock	   *lock;
+	pid_t		launcher_pid;
+	Latch	   *launcher_latch; /* the launcher's PGPROC latch, or NULL */
+	int			max_flows;
+	SdpFlowSlot slots[FLEXIBLE_ARRAY_MEMBER];
+} SdpShared;
+
+/* shmem.c */
+extern SdpShared *SdpShmem;
+extern void sdp_shmem_request(void);
+extern void sdp_shmem_startup(void);
+extern void sdp_require_shmem(void);
+extern int	sdp_slot_find(const char *name);
+extern int	sdp_slot_allocate(const char *name);
+extern void sdp_slot_free(int slotno);
+extern void sdp_slot_copy(int slotno, SdpFlowSlot *copy);
+extern void sdp_wake_launcher(void);
+extern void sdp_wake_launcher_at_commit(void);
+
+/* launcher.c */
+extern void sdp_register_launcher(void);
+extern PGDLLEXPORT void sdp_launcher_main(Datum main_arg);
+
+/* worker.c */
+extern PGDLLEXPORT void sdp_flow_worker_main(Datum main_arg);
+
+#endif							/* SDP_H */

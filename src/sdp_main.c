@@ -1,0 +1,107 @@
+/*
+ * sdp_main.c
+ *		Entry point of the library: GUCs, shared memory hooks and the launcher.
+ *
+ * sdp_ext must be in shared_preload_libraries: its launcher is a static
+ * background worker and its flow slots live in shared memory, both of which
+ * only exist if the library is loaded when the postmaster starts.
+ */
+#include "sdp.h"
+
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "storage/ipc.h"
+#include "utils/guc.h"
+
+PG_MODULE_MAGIC;
+
+char	   *sdp_database = NULL;
+int			sdp_max_flows = 16;
+int			sdp_launcher_naptime_ms = 1000;
+int			sdp_default_max_batch_rows = 10000;
+
+static shmem_request_hook_type prev_shmem_request_hook = NULL;
+static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
+
+static void sdp_shmem_request_hook(void);
+static void sdp_shmem_startup_hook(void);
+static void sdp_define_gucs(void);
+
+void		_PG_init(void);
+
+void
+_PG_init(void)
+{
+	if (!process_shared_preload_libraries_in_progress)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("sdp_ext must be loaded via shared_preload_libraries"),
+				 errhint("Add sdp_ext to shared_preload_libraries in postgresql.conf and restart the server.")));
+
+	sdp_define_gucs();
+
+	prev_shmem_request_hook = shmem_request_hook;
+	shmem_request_hook = sdp_shmem_request_hook;
+	prev_shmem_startup_hook = shmem_startup_hook;
+	shmem_startup_hook = sdp_shmem_startup_hook;
+
+	sdp_register_launcher();
+}
+
+static void
+sdp_define_gucs(void)
+{
+	DefineCustomStringVariable("sdp.database",
+							   "Database in which sdp_ext flows are declared and run.",
+							   "The launcher connects to this database; flows declared elsewhere are refused.",
+							   &sdp_database,
+							   "postgres",
+							   PGC_POSTMASTER,
+							   0,
+							   NULL, NULL, NULL);
+
+	DefineCustomIntVariable("sdp.max_flows",
+							"Maximum number of flows that can run at once.",
+							"Each running flow uses one background worker; max_worker_processes must leave room for them.",
+							&sdp_max_flows,
+							16, 1, 1024,
+							PGC_POSTMASTER,
+							0,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("sdp.launcher_naptime",
+							"How often the launcher reconciles sdp.flows with running workers when nothing wakes it.",
+							NULL,
+							&sdp_launcher_naptime_ms,
+							1000, 10, 60000,
+							PGC_SIGHUP,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("sdp.max_batch_rows",
+							"Default upper bound on the messages a flow processes in one transaction.",
+							"A flow's max_batch_rows option overrides it.",
+							&sdp_default_max_batch_rows,
+							10000, 1, 1000000,
+							PGC_SIGHUP,
+							0,
+							NULL, NULL, NULL);
+
+	MarkGUCPrefixReserved("sdp");
+}
+
+static void
+sdp_shmem_request_hook(void)
+{
+	if (prev_shmem_request_hook)
+		prev_shmem_request_hook();
+	sdp_shmem_request();
+}
+
+static void
+sdp_shmem_startup_hook(void)
+{
+	if (prev_shmem_startup_hook)
+		prev_shmem_startup_hook();
+	sdp_shmem_startup();
+}

@@ -1,0 +1,212 @@
+/*
+ * shmem.c
+ *		The flow slots in shared memory.
+ *
+ * One SdpShared struct holds a slot per possible running flow (sdp.max_flows).
+ * The launcher allocates a slot when it starts a flow's worker and frees it
+ * when the flow is stopped or dropped; the worker publishes its state,
+ * counters, partition offsets and progress reports in it; SQL functions read
+ * it for sdp.flow_status and sdp_flow_progress().
+ *
+ * Locking protocol:
+ *	- SdpShared->lock (LWLock) guards slot allocation: a slot's in_use and
+ *	  name.  The launcher takes it exclusively to allocate or free; anyone
+ *	  looking a slot up by name takes it shared.
+ *	- Each slot's spinlock 'mutex' guards the rest of the slot.  The worker
+ *	  writes under it; readers copy the whole slot out under it (sdp_slot_copy)
+ *	  and work on the copy.  It is never held across anything but memcpy-sized
+ *	  work.
+ *	- launcher_pid and launcher_latch are written by the launcher under the
+ *	  LWLock (exclusive) and read under it (shared).
+ */
+#include "sdp.h"
+
+#include "access/xact.h"
+#include "miscadmin.h"
+#include "storage/ipc.h"
+#include "storage/proc.h"
+#include "storage/shmem.h"
+
+SdpShared  *SdpShmem = NULL;
+
+static bool wake_at_commit = false;
+static bool xact_callback_registered = false;
+
+static Size
+sdp_shmem_size(void)
+{
+	return add_size(offsetof(SdpShared, slots),
+					mul_size(sdp_max_flows, sizeof(SdpFlowSlot)));
+}
+
+/* Called from shmem_request_hook: reserve our memory and LWLock. */
+void
+sdp_shmem_request(void)
+{
+	RequestAddinShmemSpace(sdp_shmem_size());
+	RequestNamedLWLockTranche("sdp_ext", 1);
+}
+
+/* Called from shmem_startup_hook: create or attach to the slots. */
+void
+sdp_shmem_startup(void)
+{
+	bool		found;
+
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	SdpShmem = ShmemInitStruct("sdp_ext flows", sdp_shmem_size(), &found);
+	if (!found)
+	{
+		memset(SdpShmem, 0, sdp_shmem_size());
+		SdpShmem->lock = &(GetNamedLWLockTranche("sdp_ext"))->lock;
+		SdpShmem->max_flows = sdp_max_flows;
+		for (int i = 0; i < sdp_max_flows; i++)
+			SpinLockInit(&SdpShmem->slots[i].mutex);
+	}
+	LWLockRelease(AddinShmemInitLock);
+}
+
+/* SQL-callable functions call this first: it explains a missing preload. */
+void
+sdp_require_shmem(void)
+{
+	if (SdpShmem == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("sdp_ext is not loaded"),
+				 errhint("Add sdp_ext to shared_preload_libraries in postgresql.conf and restart the server.")));
+}
+
+const char *
+sdp_flow_state_name(SdpFlowState state)
+{
+	switch (state)
+	{
+		case SDP_FLOW_STOPPED:
+			return "stopped";
+		case SDP_FLOW_STARTING:
+			return "starting";
+		case SDP_FLOW_RUNNING:
+			return "running";
+		case SDP_FLOW_STOPPING:
+			return "stopping";
+		case SDP_FLOW_RESTARTING:
+			return "restarting";
+		case SDP_FLOW_FAILED:
+			return "failed";
+	}
+	return "unknown";
+}
+
+/* The slot number of the named flow, or -1.  Caller holds SdpShmem->lock. */
+int
+sdp_slot_find(const char *name)
+{
+	for (int i = 0; i < SdpShmem->max_flows; i++)
+	{
+		if (SdpShmem->slots[i].in_use &&
+			strcmp(SdpShmem->slots[i].name, name) == 0)
+			return i;
+	}
+	return -1;
+}
+
+/*
+ * Take a free slot for the named flow and reset it, or return -1 when all
+ * sdp.max_flows slots are in use.  Caller holds SdpShmem->lock exclusively.
+ */
+int
+sdp_slot_allocate(const char *name)
+{
+	for (int i = 0; i < SdpShmem->max_flows; i++)
+	{
+		SdpFlowSlot *slot = &SdpShmem->slots[i];
+
+		if (slot->in_use)
+			continue;
+
+		SpinLockAcquire(&slot->mutex);
+		/* zero everything after the mutex, keeping the lock itself intact */
+		memset((char *) slot + offsetof(SdpFlowSlot, state), 0,
+			   sizeof(SdpFlowSlot) - offsetof(SdpFlowSlot, state));
+		slot->state = SDP_FLOW_STARTING;
+		slot->broker_ok = true;
+		SpinLockRelease(&slot->mutex);
+
+		slot->in_use = true;
+		strlcpy(slot->name, name, NAMEDATALEN);
+		return i;
+	}
+	return -1;
+}
+
+/* Caller holds SdpShmem->lock exclusively. */
+void
+sdp_slot_free(int slotno)
+{
+	SdpFlowSlot *slot = &SdpShmem->slots[slotno];
+
+	slot->in_use = false;
+	slot->name[0] = '\0';
+}
+
+/* A consistent copy of a slot for reading without holding any lock. */
+void
+sdp_slot_copy(int slotno, SdpFlowSlot *copy)
+{
+	SdpFlowSlot *slot = &SdpShmem->slots[slotno];
+
+	SpinLockAcquire(&slot->mutex);
+	memcpy(copy, slot, sizeof(SdpFlowSlot));
+	SpinLockRelease(&slot->mutex);
+}
+
+/* Make the launcher reconcile now rather than at its next naptime. */
+void
+sdp_wake_launcher(void)
+{
+	Latch	   *latch;
+
+	if (SdpShmem == NULL)
+		return;
+	LWLockAcquire(SdpShmem->lock, LW_SHARED);
+	latch = SdpShmem->launcher_latch;
+	if (latch)
+		SetLatch(latch);
+	LWLockRelease(SdpShmem->lock);
+}
+
+static void
+sdp_xact_callback(XactEvent event, void *arg)
+{
+	switch (event)
+	{
+		case XACT_EVENT_COMMIT:
+		case XACT_EVENT_PARALLEL_COMMIT:
+			if (wake_at_commit)
+				sdp_wake_launcher();
+			wake_at_commit = false;
+			break;
+		case XACT_EVENT_ABORT:
+		case XACT_EVENT_PARALLEL_ABORT:
+			wake_at_commit = false;
+			break;
+		default:
+			break;
+	}
+}
+
+/*
+ * Wake the launcher once the current transaction commits, so that it sees
+ * the catalog change that the caller just made.
+ */
+void
+sdp_wake_launcher_at_commit(void)
+{
+	if (!xact_callback_registered)
+	{
+		RegisterXactCallback(sdp_xact_callback, NULL);
+		xact_callback_registered = true;
+	}
+	wake_at_commit = true;
+}
