@@ -36,6 +36,7 @@ GRANT SELECT ON sdp.source_list TO PUBLIC;
 -- has not failed.  target is kept as a qualified name, not an OID, so that
 -- pg_dump and pg_upgrade carry it.
 CREATE TABLE sdp.flows (
+    id            bigserial UNIQUE,
     name          text PRIMARY KEY,
     source        text NOT NULL REFERENCES sdp.sources (name),
     target        text NOT NULL,
@@ -54,12 +55,14 @@ GRANT SELECT ON sdp.flows TO PUBLIC;
 
 -- The next Kafka offset of every partition a flow has consumed, written in
 -- the same transaction as the flow's target rows (exactly-once).
+-- A flow re-created under the same name gets a new id, so a worker of the
+-- old flow that is still stopping can never write the new flow's offsets.
 CREATE TABLE sdp.offsets (
-    flow        text NOT NULL REFERENCES sdp.flows (name) ON DELETE CASCADE,
+    flow_id     bigint NOT NULL REFERENCES sdp.flows (id) ON DELETE CASCADE,
     partition   integer NOT NULL,
     next_offset bigint NOT NULL,
     updated_at  timestamptz NOT NULL DEFAULT now(),
-    PRIMARY KEY (flow, partition)
+    PRIMARY KEY (flow_id, partition)
 );
 GRANT SELECT ON sdp.offsets TO PUBLIC;
 
@@ -90,6 +93,104 @@ GRANT SELECT, DELETE ON sdp.dead_letters TO PUBLIC;
 -- pg_dump keeps declared sources and flows, their offsets and dead letters.
 SELECT pg_catalog.pg_extension_config_dump('sdp.sources', '');
 SELECT pg_catalog.pg_extension_config_dump('sdp.flows', '');
+SELECT pg_catalog.pg_extension_config_dump('sdp.flows_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('sdp.offsets', '');
 SELECT pg_catalog.pg_extension_config_dump('sdp.dead_letters', '');
 SELECT pg_catalog.pg_extension_config_dump('sdp.dead_letters_id_seq', '');
+
+-- Sources -------------------------------------------------------------------
+
+CREATE FUNCTION sdp_create_source(name text, bootstrap_servers text, topic text,
+                                  options jsonb DEFAULT '{}')
+RETURNS void LANGUAGE C AS 'MODULE_PATHNAME', 'sdp_create_source';
+COMMENT ON FUNCTION sdp_create_source(text, text, text, jsonb) IS
+  'declare a Kafka source: brokers, topic, librdkafka properties and starting_offsets';
+
+CREATE FUNCTION sdp_drop_source(name text)
+RETURNS void LANGUAGE C STRICT AS 'MODULE_PATHNAME', 'sdp_drop_source';
+
+-- Flows ---------------------------------------------------------------------
+
+CREATE FUNCTION sdp_create_flow(name text, source text, target regclass, schema text,
+                                transform text DEFAULT NULL, operator text DEFAULT NULL,
+                                options jsonb DEFAULT '{}')
+RETURNS void LANGUAGE C AS 'MODULE_PATHNAME', 'sdp_create_flow';
+COMMENT ON FUNCTION sdp_create_flow(text, text, regclass, text, text, text, jsonb) IS
+  'declare a flow from a source into a table, and start it';
+
+CREATE FUNCTION sdp_start_flow(name text)
+RETURNS void LANGUAGE C STRICT AS 'MODULE_PATHNAME', 'sdp_start_flow';
+CREATE FUNCTION sdp_stop_flow(name text)
+RETURNS void LANGUAGE C STRICT AS 'MODULE_PATHNAME', 'sdp_stop_flow';
+CREATE FUNCTION sdp_drop_flow(name text)
+RETURNS void LANGUAGE C STRICT AS 'MODULE_PATHNAME', 'sdp_drop_flow';
+
+-- Monitoring ----------------------------------------------------------------
+
+CREATE FUNCTION sdp_flow_runtime(
+    OUT flow text, OUT state text, OUT pid integer,
+    OUT messages_read bigint, OUT rows_written bigint, OUT rows_filtered bigint,
+    OUT rows_dead_lettered bigint, OUT rows_skipped bigint, OUT batches bigint,
+    OUT last_commit_at timestamptz,
+    OUT broker_ok boolean, OUT broker_error text, OUT broker_error_at timestamptz,
+    OUT last_error text, OUT last_error_at timestamptz,
+    OUT started_at timestamptz, OUT restarts integer)
+RETURNS SETOF record LANGUAGE C STRICT AS 'MODULE_PATHNAME', 'sdp_flow_runtime';
+
+CREATE FUNCTION sdp_flow_partitions(flow text,
+    OUT partition integer, OUT committed_offset bigint, OUT high_watermark bigint)
+RETURNS SETOF record LANGUAGE C STRICT AS 'MODULE_PATHNAME', 'sdp_flow_partitions';
+
+CREATE FUNCTION sdp_flow_progress(name text)
+RETURNS jsonb LANGUAGE C STRICT AS 'MODULE_PATHNAME', 'sdp_flow_progress';
+COMMENT ON FUNCTION sdp_flow_progress(text) IS
+  'latest progress report of a flow: rates and P0/P50/P90/P95/P99 latencies';
+
+-- One row per declared flow: its state, where it is in every partition,
+-- what it has done since its worker started, and its last errors.
+CREATE VIEW sdp.flow_status AS
+SELECT f.name AS flow,
+       f.owner,
+       f.source,
+       s.topic,
+       f.target,
+       f.operator,
+       CASE WHEN f.failed_at IS NOT NULL THEN 'failed'
+            WHEN NOT f.enabled THEN CASE WHEN r.pid IS NOT NULL THEN 'stopping' ELSE 'stopped' END
+            ELSE coalesce(r.state, 'starting')
+       END AS state,
+       r.pid,
+       p.lag,
+       p.partitions,
+       coalesce(r.messages_read, 0) AS messages_read,
+       coalesce(r.rows_written, 0) AS rows_written,
+       coalesce(r.rows_filtered, 0) AS rows_filtered,
+       coalesce(r.rows_dead_lettered, 0) AS rows_dead_lettered,
+       coalesce(r.rows_skipped, 0) AS rows_skipped,
+       coalesce(r.batches, 0) AS batches,
+       r.last_commit_at,
+       r.broker_ok,
+       r.broker_error,
+       r.broker_error_at,
+       CASE WHEN f.failed_at IS NOT NULL THEN f.last_error ELSE r.last_error END AS last_error,
+       CASE WHEN f.failed_at IS NOT NULL THEN f.failed_at ELSE r.last_error_at END AS last_error_at,
+       r.started_at,
+       coalesce(r.restarts, 0) AS restarts
+  FROM sdp.flows f
+  JOIN sdp.sources s ON s.name = f.source
+  LEFT JOIN sdp_flow_runtime() r ON r.flow = f.name
+  LEFT JOIN LATERAL (
+        SELECT sum(rp.high_watermark - o.next_offset) AS lag,
+               jsonb_agg(jsonb_build_object(
+                   'partition', o.partition,
+                   'committed_offset', o.next_offset,
+                   'high_watermark', rp.high_watermark,
+                   'lag', rp.high_watermark - o.next_offset) ORDER BY o.partition) AS partitions
+          FROM sdp.offsets o
+          LEFT JOIN sdp_flow_partitions(f.name) rp ON rp.partition = o.partition
+         WHERE o.flow_id = f.id) p ON true;
+GRANT SELECT ON sdp.flow_status TO PUBLIC;
+
+CREATE FUNCTION sdp_flow_status()
+RETURNS SETOF sdp.flow_status LANGUAGE sql STABLE
+AS 'SELECT * FROM sdp.flow_status ORDER BY flow';

@@ -9,7 +9,19 @@
  */
 #include "sdp.h"
 
+#include <signal.h>
+
 #include "access/xact.h"
+#include "catalog/pg_authid.h"
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "utils/acl.h"
+#include "utils/builtins.h"
+#include "utils/memutils.h"
+#include "utils/timestamp.h"
+
+#include "flow.h"
+#include "worker.h"
 #include "catalog/pg_extension.h"
 #include "commands/extension.h"
 #include "miscadmin.h"
@@ -25,9 +37,30 @@
 
 /* Seconds before the postmaster restarts a launcher that exited with an error. */
 #define SDP_LAUNCHER_RESTART_S	1
+/* Backoff before restarting a worker that exited unexpectedly: 1 s doubling to 60 s. */
+#define SDP_RESTART_BACKOFF_MIN_MS	1000
+#define SDP_RESTART_BACKOFF_MAX_MS	60000
+/* A worker that ran this long before exiting restarts with the minimum backoff. */
+#define SDP_RESTART_RESET_MS		60000
+
+/* A flow as sdp.flows declares it, read at each reconciliation. */
+typedef struct WantedFlow
+{
+	int64		id;
+	char		name[NAMEDATALEN];
+	Oid			owner;
+	bool		wanted;			/* enabled and not failed */
+	bool		seen;
+} WantedFlow;
+
+/* Launcher-private: the handle of the worker started for each slot. */
+static BackgroundWorkerHandle **slot_handles = NULL;
+static int64 *slot_flow_ids = NULL;
+static bool warned_max_flows = false;
 
 static void launcher_detach_shmem(int code, Datum arg);
 static bool launcher_extension_installed(void);
+static void launcher_reconcile(void);
 
 void
 sdp_register_launcher(void)
@@ -64,6 +97,9 @@ sdp_launcher_main(Datum main_arg)
 	LWLockRelease(SdpShmem->lock);
 	before_shmem_exit(launcher_detach_shmem, (Datum) 0);
 
+	slot_handles = MemoryContextAllocZero(TopMemoryContext, sizeof(BackgroundWorkerHandle *) * SdpShmem->max_flows);
+	slot_flow_ids = MemoryContextAllocZero(TopMemoryContext, sizeof(int64) * SdpShmem->max_flows);
+
 	ereport(LOG, (errmsg("sdp launcher started in database \"%s\"", sdp_database)));
 
 	for (;;)
@@ -85,6 +121,7 @@ sdp_launcher_main(Datum main_arg)
 			pgstat_report_activity(STATE_IDLE, "waiting for CREATE EXTENSION sdp_ext");
 			continue;
 		}
+		launcher_reconcile();
 		pgstat_report_activity(STATE_IDLE, NULL);
 	}
 }
@@ -111,4 +148,225 @@ launcher_detach_shmem(int code, Datum arg)
 		SdpShmem->launcher_latch = NULL;
 	}
 	LWLockRelease(SdpShmem->lock);
+}
+
+/* Read sdp.flows: every declared flow, whether it should run, and its owner. */
+static WantedFlow *
+read_flows(int *nflows)
+{
+	SdpCatalogScope scope;
+	WantedFlow *flows = NULL;
+
+	*nflows = 0;
+	SPI_connect();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	sdp_catalog_enter(&scope);
+	if (SPI_execute("SELECT f.id, f.name, f.enabled AND f.failed_at IS NULL, r.oid "
+					"  FROM sdp.flows f LEFT JOIN pg_catalog.pg_roles r ON r.rolname = f.owner "
+					" ORDER BY f.id", true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not read sdp.flows");
+	sdp_catalog_leave(&scope);
+
+	flows = MemoryContextAllocZero(TopTransactionContext, sizeof(WantedFlow) * Max(SPI_processed, 1));
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		HeapTuple	tup = SPI_tuptable->vals[i];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		bool		isnull;
+		WantedFlow *f = &flows[i];
+
+		f->id = DatumGetInt64(SPI_getbinval(tup, desc, 1, &isnull));
+		strlcpy(f->name, SPI_getvalue(tup, desc, 2), NAMEDATALEN);
+		f->wanted = DatumGetBool(SPI_getbinval(tup, desc, 3, &isnull));
+		f->owner = DatumGetObjectId(SPI_getbinval(tup, desc, 4, &isnull));
+		if (isnull)
+			f->owner = InvalidOid;
+	}
+	*nflows = (int) SPI_processed;
+	PopActiveSnapshot();
+	SPI_finish();
+	return flows;
+}
+
+/* Register the worker of a flow in its slot; on failure the slot waits out a backoff. */
+static void
+start_worker(int slotno, WantedFlow *f)
+{
+	SdpFlowSlot *slot = &SdpShmem->slots[slotno];
+	BackgroundWorker worker;
+	SdpWorkerArgs args;
+	BackgroundWorkerHandle *handle;
+	TimestampTz now = GetCurrentTimestamp();
+	bool		ok;
+
+	memset(&worker, 0, sizeof(worker));
+	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	worker.bgw_restart_time = BGW_NEVER_RESTART;
+	strlcpy(worker.bgw_library_name, "sdp_ext", BGW_MAXLEN);
+	strlcpy(worker.bgw_function_name, "sdp_flow_worker_main", BGW_MAXLEN);
+	snprintf(worker.bgw_name, BGW_MAXLEN, "sdp flow %s", f->name);
+	strlcpy(worker.bgw_type, "sdp flow", BGW_MAXLEN);
+	worker.bgw_notify_pid = MyProcPid;
+	worker.bgw_main_arg = Int32GetDatum(slotno);
+
+	memset(&args, 0, sizeof(args));
+	args.slotno = slotno;
+	args.dboid = MyDatabaseId;
+	args.owner = f->owner;
+	args.flow_id = f->id;
+	strlcpy(args.name, f->name, NAMEDATALEN);
+	memcpy(worker.bgw_extra, &args, sizeof(args));
+
+	ok = RegisterDynamicBackgroundWorker(&worker, &handle);
+
+	SpinLockAcquire(&slot->mutex);
+	slot->generation++;
+	slot->registered_at = now;
+	slot->exit_expected = false;
+	if (ok)
+	{
+		slot->state = SDP_FLOW_STARTING;
+		slot->exited_at = 0;
+	}
+	else
+	{
+		/* no free background worker slot: try again later, never in a tight loop */
+		slot->state = SDP_FLOW_RESTARTING;
+		slot->next_start_at = TimestampTzPlusMilliseconds(now, SDP_RESTART_BACKOFF_MAX_MS / 4);
+		snprintf(slot->last_error, SDP_ERROR_LEN,
+				 "could not start a background worker: raise max_worker_processes");
+		slot->last_error_at = now;
+	}
+	SpinLockRelease(&slot->mutex);
+
+	slot_handles[slotno] = ok ? handle : NULL;
+	slot_flow_ids[slotno] = f->id;
+	if (!ok)
+		ereport(WARNING,
+				(errmsg("sdp launcher could not start a worker for flow \"%s\"", f->name),
+				 errhint("Raise max_worker_processes: every running flow needs a background worker.")));
+}
+
+/* Whether the worker of a slot has exited (or never started). */
+static bool
+worker_gone(int slotno, pid_t slot_pid)
+{
+	pid_t		pid;
+
+	if (slot_handles[slotno] != NULL)
+		return GetBackgroundWorkerPid(slot_handles[slotno], &pid) == BGWH_STOPPED;
+	return slot_pid == 0;		/* started by an earlier launcher: trust the slot */
+}
+
+/*
+ * Make the running workers match sdp.flows: start flows that should run,
+ * stop the ones that should not, restart crashed ones after a backoff, and
+ * free the slots of flows that are gone.
+ */
+static void
+launcher_reconcile(void)
+{
+	WantedFlow *flows;
+	int			nflows;
+	TimestampTz now;
+
+	StartTransactionCommand();
+	flows = read_flows(&nflows);
+	now = GetCurrentTimestamp();
+
+	LWLockAcquire(SdpShmem->lock, LW_EXCLUSIVE);
+	for (int s = 0; s < SdpShmem->max_flows; s++)
+	{
+		SdpFlowSlot *slot = &SdpShmem->slots[s];
+		WantedFlow *f = NULL;
+		SdpFlowState state;
+		pid_t		pid;
+		bool		gone;
+
+		if (!slot->in_use)
+			continue;
+		for (int i = 0; i < nflows; i++)
+			if (strcmp(flows[i].name, slot->name) == 0)
+				f = &flows[i];
+		if (f)
+			f->seen = true;
+
+		SpinLockAcquire(&slot->mutex);
+		state = slot->state;
+		pid = slot->pid;
+		SpinLockRelease(&slot->mutex);
+		gone = (state == SDP_FLOW_RESTARTING) || worker_gone(s, pid);
+
+		if (f == NULL || !f->wanted || f->id != slot_flow_ids[s] || !OidIsValid(f->owner))
+		{
+			/* not wanted (any more): stop the worker, and free the slot once it has gone */
+			if (!gone)
+			{
+				if (pid != 0 && state != SDP_FLOW_STOPPING)
+					kill(pid, SIGTERM);
+				else if (pid == 0 && slot_handles[s] != NULL && state != SDP_FLOW_STOPPING)
+					TerminateBackgroundWorker(slot_handles[s]);
+				SpinLockAcquire(&slot->mutex);
+				slot->state = SDP_FLOW_STOPPING;
+				SpinLockRelease(&slot->mutex);
+				continue;
+			}
+			slot_handles[s] = NULL;
+			sdp_slot_free(s);
+			if (f != NULL)
+				f->seen = false;	/* a new flow under the same name starts below */
+			continue;
+		}
+
+		if (state == SDP_FLOW_RESTARTING)
+		{
+			if (now >= slot->next_start_at)
+				start_worker(s, f);
+			continue;
+		}
+		if (gone)
+		{
+			/* an unexpected exit: restart after a backoff that doubles while it keeps happening */
+			int			backoff;
+
+			SpinLockAcquire(&slot->mutex);
+			if (slot->started_at != 0 &&
+				TimestampDifferenceExceeds(slot->started_at, now, SDP_RESTART_RESET_MS))
+				slot->restarts = 0;
+			backoff = Min(SDP_RESTART_BACKOFF_MAX_MS, SDP_RESTART_BACKOFF_MIN_MS << Min(slot->restarts, 6));
+			slot->restarts++;
+			slot->state = SDP_FLOW_RESTARTING;
+			slot->next_start_at = TimestampTzPlusMilliseconds(now, backoff);
+			SpinLockRelease(&slot->mutex);
+			slot_handles[s] = NULL;
+			ereport(LOG,
+					(errmsg("sdp flow \"%s\" worker exited unexpectedly, restarting in %d ms",
+							slot->name, backoff)));
+		}
+	}
+
+	for (int i = 0; i < nflows; i++)
+	{
+		WantedFlow *f = &flows[i];
+		int			s;
+
+		if (f->seen || !f->wanted || !OidIsValid(f->owner))
+			continue;
+		s = sdp_slot_allocate(f->name);
+		if (s < 0)
+		{
+			if (!warned_max_flows)
+				ereport(WARNING,
+						(errmsg("sdp flow \"%s\" cannot start: all %d flow slots are in use",
+								f->name, SdpShmem->max_flows),
+						 errhint("Raise sdp.max_flows and restart the server, or stop another flow.")));
+			warned_max_flows = true;
+			continue;
+		}
+		start_worker(s, f);
+	}
+	LWLockRelease(SdpShmem->lock);
+
+	CommitTransactionCommand();
 }

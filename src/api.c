@@ -1,0 +1,391 @@
+/*
+ * api.c
+ *		SQL-callable declaration functions: sources and flows.
+ *
+ * Every declaration is checked completely before anything is stored: a
+ * flow that could not run is refused by sdp_create_flow with a specific
+ * error, and creates nothing.  The checks run as the calling role, who
+ * becomes the flow's owner and whose privileges the flow's worker uses.
+ * Catalog rows are written inside a catalog scope (catalog.c).  Changes to
+ * sdp.flows wake the launcher when the transaction commits.
+ */
+#include "sdp.h"
+
+#include "access/htup_details.h"
+#include "access/relation.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_authid.h"
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "utils/acl.h"
+#include "utils/builtins.h"
+#include "utils/jsonb.h"
+#include "utils/lsyscache.h"
+#include "utils/rel.h"
+#include "utils/snapmgr.h"
+#include "utils/syscache.h"
+
+#include "flow.h"
+#include "kafka_source.h"
+#include "operator.h"
+#include "pipeline.h"
+
+PG_FUNCTION_INFO_V1(sdp_create_source);
+PG_FUNCTION_INFO_V1(sdp_drop_source);
+PG_FUNCTION_INFO_V1(sdp_create_flow);
+PG_FUNCTION_INFO_V1(sdp_start_flow);
+PG_FUNCTION_INFO_V1(sdp_stop_flow);
+PG_FUNCTION_INFO_V1(sdp_drop_flow);
+
+/* A name of a source or flow: 1..63 bytes, so that it fits the flow slots. */
+static char *
+checked_name(FunctionCallInfo fcinfo, int argno, const char *what)
+{
+	char	   *name;
+
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s name must not be null", what)));
+	name = text_to_cstring(PG_GETARG_TEXT_PP(argno));
+	if (name[0] == '\0' || strlen(name) >= NAMEDATALEN)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_NAME),
+				 errmsg("invalid %s name \"%s\"", what, name),
+				 errdetail("A %s name has between 1 and %d bytes.", what, NAMEDATALEN - 1)));
+	return name;
+}
+
+static char *
+required_text(FunctionCallInfo fcinfo, int argno, const char *argname)
+{
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("argument \"%s\" must not be null", argname)));
+	return text_to_cstring(PG_GETARG_TEXT_PP(argno));
+}
+
+/* The current role may act on an object owned by owner: it is, or is a member of, the owner. */
+static void
+check_owner(const char *owner, const char *what, const char *name)
+{
+	Oid			owner_oid = get_role_oid(owner, true);
+
+	if (superuser())
+		return;
+	if (!OidIsValid(owner_oid) || !has_privs_of_role(GetUserId(), owner_oid))
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("must be owner of %s \"%s\"", what, name),
+				 errdetail("%s \"%s\" belongs to role \"%s\".", what[0] == 's' ? "Source" : "Flow", name, owner)));
+}
+
+/* Run a catalog statement with text/other parameters inside a catalog scope. */
+static int
+catalog_execute(const char *sql, int nargs, Oid *argtypes, Datum *values, const char *nulls,
+				bool read_only)
+{
+	SdpCatalogScope scope;
+	int			rc;
+
+	sdp_catalog_enter(&scope);
+	rc = SPI_execute_with_args(sql, nargs, argtypes, values, nulls, read_only, 0);
+	sdp_catalog_leave(&scope);
+	if (rc < 0)
+		elog(ERROR, "catalog statement failed: %s", SPI_result_code_string(rc));
+	return rc;
+}
+
+/* The owner of a declared source or flow, or NULL when there is none of that name. */
+static char *
+lookup_owner(const char *table, const char *name)
+{
+	Oid			argtypes[1] = {TEXTOID};
+	Datum		values[1] = {CStringGetTextDatum(name)};
+	char	   *sql = psprintf("SELECT owner FROM sdp.%s WHERE name = $1", table);
+
+	catalog_execute(sql, 1, argtypes, values, NULL, true);
+	if (SPI_processed == 0)
+		return NULL;
+	return SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+}
+
+/* Kafka's own rule for topic names. */
+static void
+check_topic_name(const char *topic)
+{
+	size_t		len = strlen(topic);
+
+	if (len == 0 || len > 249 || strcmp(topic, ".") == 0 || strcmp(topic, "..") == 0 ||
+		strspn(topic, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") != len)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("invalid Kafka topic name \"%s\"", topic),
+				 errdetail("Topic names have 1 to 249 characters among ASCII letters, digits, '.', '_' and '-'.")));
+}
+
+/*
+ * sdp_create_source(name, bootstrap_servers, topic, options jsonb)
+ */
+Datum
+sdp_create_source(PG_FUNCTION_ARGS)
+{
+	char	   *name;
+	char	   *servers;
+	char	   *topic;
+	Jsonb	   *options = PG_ARGISNULL(3) ? NULL : PG_GETARG_JSONB_P(3);
+	SdpSourceDef def;
+	Oid			argtypes[5] = {TEXTOID, TEXTOID, TEXTOID, JSONBOID, TEXTOID};
+	Datum		values[5];
+
+	sdp_require_shmem();
+	sdp_require_flow_database();
+	name = checked_name(fcinfo, 0, "source");
+	servers = required_text(fcinfo, 1, "bootstrap_servers");
+	topic = required_text(fcinfo, 2, "topic");
+	if (servers[0] == '\0')
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("bootstrap_servers must not be empty"),
+				 errhint("Give the brokers as host:port[,host:port...].")));
+	check_topic_name(topic);
+
+	memset(&def, 0, sizeof(def));
+	sdp_parse_source_options(options, &def);
+	kafka_validate_properties(def.properties);
+
+	SPI_connect();
+	if (lookup_owner("sources", name) != NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_DUPLICATE_OBJECT),
+				 errmsg("source \"%s\" already exists", name)));
+	values[0] = CStringGetTextDatum(name);
+	values[1] = CStringGetTextDatum(servers);
+	values[2] = CStringGetTextDatum(topic);
+	values[3] = options ? JsonbPGetDatum(options) : DirectFunctionCall1(jsonb_in, CStringGetDatum("{}"));
+	values[4] = CStringGetTextDatum(GetUserNameFromId(GetUserId(), false));
+	catalog_execute("INSERT INTO sdp.sources (name, bootstrap_servers, topic, options, owner) "
+					"VALUES ($1, $2, $3, $4, $5)", 5, argtypes, values, NULL, false);
+	SPI_finish();
+	PG_RETURN_VOID();
+}
+
+/*
+ * sdp_drop_source(name): refused while a flow reads from it.
+ */
+Datum
+sdp_drop_source(PG_FUNCTION_ARGS)
+{
+	char	   *name = checked_name(fcinfo, 0, "source");
+	char	   *owner;
+	Oid			argtypes[1] = {TEXTOID};
+	Datum		values[1] = {CStringGetTextDatum(name)};
+
+	sdp_require_shmem();
+	SPI_connect();
+	owner = lookup_owner("sources", name);
+	if (owner == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("source \"%s\" does not exist", name)));
+	check_owner(owner, "source", name);
+	catalog_execute("SELECT string_agg(name, ', ' ORDER BY name) FROM sdp.flows WHERE source = $1",
+					1, argtypes, values, NULL, true);
+	if (SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1) != NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_DEPENDENT_OBJECTS_STILL_EXIST),
+				 errmsg("cannot drop source \"%s\" because flows read from it", name),
+				 errdetail("Flows reading from it: %s.", SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1)),
+				 errhint("Drop those flows first with sdp_drop_flow().")));
+	catalog_execute("DELETE FROM sdp.sources WHERE name = $1", 1, argtypes, values, NULL, false);
+	SPI_finish();
+	PG_RETURN_VOID();
+}
+
+/*
+ * sdp_create_flow(name, source, target regclass, schema, transform, operator, options)
+ */
+Datum
+sdp_create_flow(PG_FUNCTION_ARGS)
+{
+	char	   *name;
+	char	   *source;
+	Oid			target;
+	char	   *schema_text;
+	char	   *transform_sql = PG_ARGISNULL(4) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(4));
+	char	   *operator_name = PG_ARGISNULL(5) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(5));
+	Jsonb	   *options = PG_ARGISNULL(6) ? NULL : PG_GETARG_JSONB_P(6);
+	char	   *source_owner;
+	char	   *role_name = GetUserNameFromId(GetUserId(), false);
+	const SdpOperator *op = NULL;
+	SdpFlowOptions opts;
+	SdpInputSchema *schema;
+	SdpTransform transform;
+	SdpSink		sink;
+	TupleDesc	write_desc;
+	Relation	rel;
+	char	   *target_name;
+	bool		has_pk;
+	int			npk;
+	AttrNumber *pk;
+	HeapTuple	roletup;
+	Oid			argtypes[8] = {TEXTOID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, JSONBOID, TEXTOID};
+	Datum		values[8];
+	char		nulls[8];
+
+	sdp_require_shmem();
+	sdp_require_flow_database();
+	name = checked_name(fcinfo, 0, "flow");
+	source = required_text(fcinfo, 1, "source");
+	if (PG_ARGISNULL(2))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("argument \"target\" must not be null")));
+	target = PG_GETARG_OID(2);
+	schema_text = required_text(fcinfo, 3, "schema");
+	if (transform_sql && transform_sql[0] == '\0')
+		transform_sql = NULL;
+
+	/* The worker will log in as this role. */
+	roletup = SearchSysCache1(AUTHOID, ObjectIdGetDatum(GetUserId()));
+	if (!HeapTupleIsValid(roletup))
+		elog(ERROR, "cache lookup failed for role %u", GetUserId());
+	if (!((Form_pg_authid) GETSTRUCT(roletup))->rolcanlogin)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("role \"%s\" cannot own a flow because it cannot log in", role_name),
+				 errdetail("A flow's worker connects as the flow's owner."),
+				 errhint("Declare the flow as a role with LOGIN, or ALTER ROLE %s LOGIN.", quote_identifier(role_name))));
+	ReleaseSysCache(roletup);
+
+	SPI_connect();
+
+	source_owner = lookup_owner("sources", source);
+	if (source_owner == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("source \"%s\" does not exist", source),
+				 errhint("Declare it first with sdp_create_source(name, bootstrap_servers, topic).")));
+	check_owner(source_owner, "source", source);
+	if (lookup_owner("flows", name) != NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_DUPLICATE_OBJECT),
+				 errmsg("flow \"%s\" already exists", name),
+				 errhint("Drop it with sdp_drop_flow('%s') first, or choose another name.", name)));
+
+	sdp_parse_flow_options(options, &opts);
+	if (operator_name)
+	{
+		op = sdp_find_operator(operator_name);
+		if (op == NULL)
+			ereport(ERROR,
+					(errcode(ERRCODE_UNDEFINED_OBJECT),
+					 errmsg("operator \"%s\" does not exist", operator_name),
+					 errhint("Available operators: %s.", sdp_operator_names())));
+	}
+	else if (opts.operator_options != NULL)
+	{
+		JsonbIterator *it = JsonbIteratorInit(&opts.operator_options->root);
+		JsonbValue	v;
+
+		(void) JsonbIteratorNext(&it, &v, false);	/* begin object */
+		(void) JsonbIteratorNext(&it, &v, false);	/* first key */
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("unknown option \"%.*s\"", v.val.string.len, v.val.string.val),
+				 errhint("Flow options are mode, on_error, workers, checkpoint_interval, synchronous_commit, max_batch_rows, max_batch_wait and progress_interval.")));
+	}
+
+	schema = sdp_parse_input_schema(schema_text);
+
+	/* The target, and the write mode: upsert when it has a primary key, unless told. */
+	rel = relation_open(target, AccessShareLock);
+	target_name = quote_qualified_identifier(get_namespace_name(RelationGetNamespace(rel)),
+											 RelationGetRelationName(rel));
+	has_pk = OidIsValid(sdp_target_primary_key(rel, &npk, &pk));
+	relation_close(rel, AccessShareLock);
+	if (!opts.mode_given)
+		opts.mode = has_pk ? SDP_MODE_UPSERT : SDP_MODE_APPEND;
+
+	/* Prepare what the worker will run, as the owner: this is where a bad declaration is refused. */
+	PushActiveSnapshot(GetTransactionSnapshot());
+	sdp_transform_prepare(&transform, schema, transform_sql);
+	sdp_transform_check_runs(&transform);
+	write_desc = transform.result_desc;
+	if (op)
+		write_desc = op->validate(transform.result_desc, opts.operator_options, target, &opts);
+	sdp_sink_prepare(&sink, target, opts.mode, write_desc, transform_sql == NULL && op == NULL);
+	sdp_sink_check_privileges(&sink, GetUserId());
+	PopActiveSnapshot();
+
+	/* Store it, with the resolved mode written out. */
+	memset(nulls, ' ', sizeof(nulls));
+	values[0] = CStringGetTextDatum(name);
+	values[1] = CStringGetTextDatum(source);
+	values[2] = CStringGetTextDatum(target_name);
+	values[3] = CStringGetTextDatum(schema_text);
+	values[4] = transform_sql ? CStringGetTextDatum(transform_sql) : (Datum) 0;
+	nulls[4] = transform_sql ? ' ' : 'n';
+	values[5] = operator_name ? CStringGetTextDatum(operator_name) : (Datum) 0;
+	nulls[5] = operator_name ? ' ' : 'n';
+	values[6] = options ? JsonbPGetDatum(options) : DirectFunctionCall1(jsonb_in, CStringGetDatum("{}"));
+	values[6] = DirectFunctionCall2(jsonb_concat, values[6],
+									DirectFunctionCall1(jsonb_in,
+														CStringGetDatum(psprintf("{\"mode\": \"%s\"}", sdp_write_mode_name(opts.mode)))));
+	values[7] = CStringGetTextDatum(role_name);
+	catalog_execute("INSERT INTO sdp.flows (name, source, target, schema, transform, operator, options, owner) "
+					"VALUES ($1, $2, $3, $4, $5, $6, $7, $8)", 8, argtypes, values, nulls, false);
+	SPI_finish();
+
+	sdp_wake_launcher_at_commit();
+	PG_RETURN_VOID();
+}
+
+/* Set a flow's wanted state (start / stop), or drop it. */
+static void
+change_flow(FunctionCallInfo fcinfo, const char *sql)
+{
+	char	   *name = checked_name(fcinfo, 0, "flow");
+	char	   *owner;
+	Oid			argtypes[1] = {TEXTOID};
+	Datum		values[1] = {CStringGetTextDatum(name)};
+
+	sdp_require_shmem();
+	SPI_connect();
+	owner = lookup_owner("flows", name);
+	if (owner == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("flow \"%s\" does not exist", name)));
+	check_owner(owner, "flow", name);
+	catalog_execute(sql, 1, argtypes, values, NULL, false);
+	SPI_finish();
+	sdp_wake_launcher_at_commit();
+}
+
+/* sdp_start_flow(name): run it again, clearing a failure. */
+Datum
+sdp_start_flow(PG_FUNCTION_ARGS)
+{
+	change_flow(fcinfo, "UPDATE sdp.flows SET enabled = true, failed_at = NULL, last_error = NULL WHERE name = $1");
+	PG_RETURN_VOID();
+}
+
+/* sdp_stop_flow(name): its worker stops; it stays stopped, across restarts, until started. */
+Datum
+sdp_stop_flow(PG_FUNCTION_ARGS)
+{
+	change_flow(fcinfo, "UPDATE sdp.flows SET enabled = false WHERE name = $1");
+	PG_RETURN_VOID();
+}
+
+/* sdp_drop_flow(name): stop it and forget it, with its offsets. Its dead letters stay. */
+Datum
+sdp_drop_flow(PG_FUNCTION_ARGS)
+{
+	change_flow(fcinfo, "DELETE FROM sdp.flows WHERE name = $1");
+	PG_RETURN_VOID();
+}

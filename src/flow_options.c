@@ -1,0 +1,279 @@
+/*
+ * flow_options.c
+ *		Parsing and validation of flow and source options (jsonb).
+ *
+ * Used twice: by sdp_create_flow / sdp_create_source, which refuse a bad
+ * option with a specific error, and by the worker, which reads the same
+ * options back from the catalog.
+ */
+#include "flow.h"
+
+#include "utils/builtins.h"
+#include "utils/datetime.h"
+#include "utils/guc.h"
+#include "utils/timestamp.h"
+
+typedef struct OptionContext
+{
+	const char *option;
+} OptionContext;
+
+static void
+option_error_context(void *arg)
+{
+	OptionContext *ctx = (OptionContext *) arg;
+
+	errcontext("option \"%s\"", ctx->option);
+}
+
+/* The value of an option as text: strings as they are, numbers and booleans spelled out. */
+static char *
+jsonb_scalar_text(const char *key, JsonbValue *v)
+{
+	switch (v->type)
+	{
+		case jbvString:
+			return pnstrdup(v->val.string.val, v->val.string.len);
+		case jbvNumeric:
+			return DatumGetCString(DirectFunctionCall1(numeric_out, NumericGetDatum(v->val.numeric)));
+		case jbvBool:
+			return pstrdup(v->val.boolean ? "true" : "false");
+		default:
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("option \"%s\" must be a string, a number or a boolean", key)));
+	}
+	return NULL;				/* keep compiler quiet */
+}
+
+/*
+ * A duration option in milliseconds: an interval string ('30 seconds',
+ * '250 ms') or a bare number of milliseconds.
+ */
+int
+sdp_interval_option_ms(const char *option, const char *text)
+{
+	ErrorContextCallback errcb;
+	OptionContext ctx = {option};
+	char	   *end;
+	double		ms;
+
+	errno = 0;
+	ms = strtod(text, &end);
+	if (end == text || *end != '\0' || errno != 0)
+	{
+		Interval   *iv;
+
+		errcb.callback = option_error_context;
+		errcb.arg = &ctx;
+		errcb.previous = error_context_stack;
+		error_context_stack = &errcb;
+		iv = DatumGetIntervalP(DirectFunctionCall3(interval_in, CStringGetDatum(text),
+												   ObjectIdGetDatum(InvalidOid),
+												   Int32GetDatum(-1)));
+		error_context_stack = errcb.previous;
+		ms = (double) iv->time / 1000.0 +
+			(double) iv->day * 86400000.0 +
+			(double) iv->month * 30.0 * 86400000.0;
+	}
+	if (ms < 0 || ms > (double) INT_MAX)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("option \"%s\" is out of range: \"%s\"", option, text),
+				 errhint("Give a duration between 0 and 24 days, e.g. '10 seconds'.")));
+	return (int) ms;
+}
+
+static int
+int_option(const char *option, const char *text, int min, int max)
+{
+	char	   *end;
+	long		v;
+
+	errno = 0;
+	v = strtol(text, &end, 10);
+	if (end == text || *end != '\0' || errno != 0 || v < min || v > max)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("option \"%s\" must be an integer between %d and %d, not \"%s\"",
+						option, min, max, text)));
+	return (int) v;
+}
+
+const char *
+sdp_write_mode_name(SdpWriteMode mode)
+{
+	return mode == SDP_MODE_UPSERT ? "upsert" : "append";
+}
+
+/*
+ * Parse a flow's options.  Keys the flow does not know are left in
+ * opts->operator_options for the flow's operator; a stateless flow refuses
+ * them (api.c).
+ */
+void
+sdp_parse_flow_options(Jsonb *options, SdpFlowOptions *opts)
+{
+	JsonbIterator *it;
+	JsonbValue	v;
+	JsonbIteratorToken tok;
+	JsonbParseState *state = NULL;
+	bool		any_unknown = false;
+
+	memset(opts, 0, sizeof(*opts));
+	opts->mode = SDP_MODE_APPEND;
+	opts->on_error = SDP_ON_ERROR_DEAD_LETTER;
+	opts->workers = 1;
+	opts->checkpoint_interval_ms = 10000;
+	opts->synchronous_commit = "off";
+	opts->max_batch_rows = sdp_default_max_batch_rows;
+	opts->max_batch_wait_ms = 0;
+	opts->progress_interval_ms = 10000;
+
+	if (options == NULL)
+		return;
+	if (!JB_ROOT_IS_OBJECT(options))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("flow options must be a JSON object")));
+
+	pushJsonbValue(&state, WJB_BEGIN_OBJECT, NULL);
+	it = JsonbIteratorInit(&options->root);
+	while ((tok = JsonbIteratorNext(&it, &v, true)) != WJB_DONE)
+	{
+		char	   *key;
+		char	   *val;
+		JsonbValue	keyv;
+
+		if (tok != WJB_KEY)
+			continue;
+		keyv = v;
+		key = pnstrdup(v.val.string.val, v.val.string.len);
+		tok = JsonbIteratorNext(&it, &v, true);
+
+		if (strcmp(key, "mode") == 0)
+		{
+			val = jsonb_scalar_text(key, &v);
+			opts->mode_given = true;
+			if (strcmp(val, "upsert") == 0)
+				opts->mode = SDP_MODE_UPSERT;
+			else if (strcmp(val, "append") == 0)
+				opts->mode = SDP_MODE_APPEND;
+			else
+				ereport(ERROR,
+						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						 errmsg("invalid value for option \"mode\": \"%s\"", val),
+						 errhint("Valid values are \"upsert\" and \"append\".")));
+		}
+		else if (strcmp(key, "on_error") == 0)
+		{
+			val = jsonb_scalar_text(key, &v);
+			if (strcmp(val, "dead_letter") == 0)
+				opts->on_error = SDP_ON_ERROR_DEAD_LETTER;
+			else if (strcmp(val, "skip") == 0)
+				opts->on_error = SDP_ON_ERROR_SKIP;
+			else if (strcmp(val, "fail") == 0)
+				opts->on_error = SDP_ON_ERROR_FAIL;
+			else
+				ereport(ERROR,
+						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						 errmsg("invalid value for option \"on_error\": \"%s\"", val),
+						 errhint("Valid values are \"dead_letter\", \"skip\" and \"fail\".")));
+		}
+		else if (strcmp(key, "workers") == 0)
+		{
+			opts->workers = int_option(key, jsonb_scalar_text(key, &v), 1, 64);
+			if (opts->workers != 1)
+				ereport(ERROR,
+						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+						 errmsg("option \"workers\" must be 1 in this version"),
+						 errdetail("A flow runs in one background worker that consumes every partition of its topic."),
+						 errhint("Declare several flows over sources of disjoint topics to use more workers.")));
+		}
+		else if (strcmp(key, "checkpoint_interval") == 0)
+			opts->checkpoint_interval_ms = Max(1, sdp_interval_option_ms(key, jsonb_scalar_text(key, &v)));
+		else if (strcmp(key, "progress_interval") == 0)
+			opts->progress_interval_ms = Max(100, sdp_interval_option_ms(key, jsonb_scalar_text(key, &v)));
+		else if (strcmp(key, "max_batch_wait") == 0)
+			opts->max_batch_wait_ms = Min(60000, sdp_interval_option_ms(key, jsonb_scalar_text(key, &v)));
+		else if (strcmp(key, "max_batch_rows") == 0)
+			opts->max_batch_rows = int_option(key, jsonb_scalar_text(key, &v), 1, 1000000);
+		else if (strcmp(key, "synchronous_commit") == 0)
+		{
+			const char *valid[] = {"off", "local", "remote_write", "remote_apply", "on"};
+			bool		ok = false;
+
+			val = jsonb_scalar_text(key, &v);
+			if (strcmp(val, "false") == 0)
+				val = "off";
+			else if (strcmp(val, "true") == 0)
+				val = "on";
+			for (int i = 0; i < lengthof(valid); i++)
+				ok |= (strcmp(val, valid[i]) == 0);
+			if (!ok)
+				ereport(ERROR,
+						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						 errmsg("invalid value for option \"synchronous_commit\": \"%s\"", val),
+						 errhint("Valid values are off, local, remote_write, remote_apply and on.")));
+			opts->synchronous_commit = val;
+		}
+		else
+		{
+			any_unknown = true;
+			pushJsonbValue(&state, WJB_KEY, &keyv);
+			pushJsonbValue(&state, WJB_VALUE, &v);
+		}
+	}
+	if (any_unknown)
+		opts->operator_options = JsonbValueToJsonb(pushJsonbValue(&state, WJB_END_OBJECT, NULL));
+}
+
+/*
+ * Parse a source's options: starting_offsets, and librdkafka properties
+ * passed through as strings.  The properties are checked against
+ * librdkafka by the caller (kafka_source.c).
+ */
+void
+sdp_parse_source_options(Jsonb *options, SdpSourceDef *source)
+{
+	JsonbIterator *it;
+	JsonbValue	v;
+	JsonbIteratorToken tok;
+
+	source->start_at_earliest = true;
+	source->properties = NIL;
+	if (options == NULL)
+		return;
+	if (!JB_ROOT_IS_OBJECT(options))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("source options must be a JSON object")));
+
+	it = JsonbIteratorInit(&options->root);
+	while ((tok = JsonbIteratorNext(&it, &v, true)) != WJB_DONE)
+	{
+		char	   *key;
+		char	   *val;
+
+		if (tok != WJB_KEY)
+			continue;
+		key = pnstrdup(v.val.string.val, v.val.string.len);
+		tok = JsonbIteratorNext(&it, &v, true);
+		val = jsonb_scalar_text(key, &v);
+
+		if (strcmp(key, "starting_offsets") == 0)
+		{
+			if (strcmp(val, "earliest") == 0)
+				source->start_at_earliest = true;
+			else if (strcmp(val, "latest") == 0)
+				source->start_at_earliest = false;
+			else
+				ereport(ERROR,
+						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						 errmsg("invalid value for option \"starting_offsets\": \"%s\"", val),
+						 errhint("Valid values are \"earliest\" and \"latest\".")));
+		}
+		else
+			source->properties = lappend(lappend(source->properties, key), val);
+	}
+}

@@ -1,0 +1,412 @@
+/*
+ * kafka_source.c
+ *		One flow's Kafka consumer, on librdkafka.
+ *
+ * The flow assigns partitions itself (no consumer-group rebalancing): the
+ * offsets that count are the ones committed in PostgreSQL with the flow's
+ * rows, and the worker seeks to them on start.  Offsets are also committed
+ * to the group (asynchronously, after PostgreSQL) only so that Kafka tools
+ * can show the flow's lag.
+ *
+ * Threads: librdkafka runs its own threads.  They are created with every
+ * signal blocked, so that PostgreSQL's signal handlers only ever run on the
+ * backend's main thread.  Every callback (errors, logs) is served on the
+ * main thread by rd_kafka_consumer_poll, and only records what happened into
+ * this struct: nothing in a callback calls PostgreSQL, which could longjmp
+ * through librdkafka's frames.  The worker reports what was recorded after
+ * the poll returns.
+ *
+ * Waiting: the consumer queue writes a byte to a pipe when it becomes
+ * non-empty (rd_kafka_queue_io_event_enable), so the worker can wait for
+ * messages and for its latch at once with WaitLatchOrSocket.
+ */
+#include "kafka_source.h"
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include "miscadmin.h"
+
+#define KAFKA_LOG_RING 8
+
+struct KafkaSource
+{
+	rd_kafka_t *rk;
+	rd_kafka_queue_t *queue;
+	rd_kafka_topic_t *rkt;
+	char	   *topic;
+	int			pipefd[2];
+
+	/* written by callbacks, read by the main loop */
+	bool		error_pending;
+	bool		broker_down;
+	char		error[SDP_ERROR_LEN];
+	int			nlogs;
+	int			log_level[KAFKA_LOG_RING];
+	char		log_line[KAFKA_LOG_RING][256];
+};
+
+/* Client properties the flow sets unless the source's options override them. */
+static const char *const default_properties[][2] = {
+	{"enable.auto.commit", "false"},
+	{"enable.auto.offset.store", "false"},
+	{"enable.partition.eof", "false"},
+	{"auto.offset.reset", "earliest"},
+	{"fetch.wait.max.ms", "1"},
+	{"fetch.min.bytes", "1"},
+	{"socket.nagle.disable", "true"},
+	{"queued.max.messages.kbytes", "32768"},
+	{"log.queue", "true"},
+};
+
+/* Properties the flow owns: exactly-once depends on them. */
+static const char *const reserved_properties[] = {
+	"enable.auto.commit", "enable.auto.offset.store", "enable.partition.eof",
+	"log.queue", "bootstrap.servers", "metadata.broker.list",
+};
+
+static bool
+is_reserved(const char *key)
+{
+	for (int i = 0; i < lengthof(reserved_properties); i++)
+		if (strcmp(key, reserved_properties[i]) == 0)
+			return true;
+	return false;
+}
+
+/*
+ * Check a source's librdkafka properties without connecting anywhere, for
+ * sdp_create_source: unknown names and invalid values are refused here
+ * rather than when the flow starts.
+ */
+void
+kafka_validate_properties(List *properties)
+{
+	rd_kafka_conf_t *conf = rd_kafka_conf_new();
+	ListCell   *lc;
+	char		errstr[512];
+
+	for (lc = list_head(properties); lc != NULL; lc = lnext(properties, lnext(properties, lc)))
+	{
+		const char *key = lfirst(lc);
+		const char *val = lfirst(lnext(properties, lc));
+
+		if (is_reserved(key))
+		{
+			rd_kafka_conf_destroy(conf);
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("librdkafka property \"%s\" cannot be set on a source", key),
+					 errdetail("sdp_ext sets it itself: offsets are committed in PostgreSQL with the flow's rows."),
+					 errhint("Give the brokers as the bootstrap_servers argument.")));
+		}
+		if (rd_kafka_conf_set(conf, key, val, errstr, sizeof(errstr)) != RD_KAFKA_CONF_OK)
+		{
+			rd_kafka_conf_destroy(conf);
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("invalid librdkafka property \"%s\": %s", key, errstr),
+					 errhint("Source options are librdkafka configuration properties, plus starting_offsets.")));
+		}
+	}
+	rd_kafka_conf_destroy(conf);
+}
+
+/* librdkafka error callback: runs on our thread inside consumer poll; records only. */
+static void
+on_kafka_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
+{
+	KafkaSource *ks = opaque;
+
+	snprintf(ks->error, sizeof(ks->error), "%s: %s", rd_kafka_err2name(err), reason);
+	ks->error_pending = true;
+	if (err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN || err == RD_KAFKA_RESP_ERR__TRANSPORT ||
+		err == RD_KAFKA_RESP_ERR__RESOLVE)
+		ks->broker_down = true;
+}
+
+/* librdkafka log callback, served from the log queue on our thread: records only. */
+static void
+on_kafka_log(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
+{
+	KafkaSource *ks = rd_kafka_opaque(rk);
+	int			i;
+
+	if (ks == NULL || level > 4)	/* keep warnings and worse */
+		return;
+	i = ks->nlogs % KAFKA_LOG_RING;
+	ks->log_level[i] = level;
+	snprintf(ks->log_line[i], sizeof(ks->log_line[i]), "%s: %s", fac, buf);
+	ks->nlogs++;
+}
+
+KafkaSource *
+kafka_source_create(const SdpSourceDef *source, const char *flow_name)
+{
+	KafkaSource *ks = palloc0(sizeof(KafkaSource));
+	rd_kafka_conf_t *conf = rd_kafka_conf_new();
+	char		errstr[512];
+	char		value[256];
+	sigset_t	all,
+				saved;
+	ListCell   *lc;
+
+#define CONF_SET(k, v) \
+	do { \
+		if (rd_kafka_conf_set(conf, (k), (v), errstr, sizeof(errstr)) != RD_KAFKA_CONF_OK) \
+		{ \
+			rd_kafka_conf_destroy(conf); \
+			ereport(ERROR, \
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE), \
+					 errmsg("invalid librdkafka property \"%s\" of source \"%s\": %s", \
+							(k), source->name, errstr))); \
+		} \
+	} while (0)
+
+	for (int i = 0; i < lengthof(default_properties); i++)
+		CONF_SET(default_properties[i][0], default_properties[i][1]);
+	snprintf(value, sizeof(value), "sdp_ext.%s", flow_name);
+	CONF_SET("group.id", value);
+	CONF_SET("client.id", value);
+	for (lc = list_head(source->properties); lc != NULL; lc = lnext(source->properties, lnext(source->properties, lc)))
+	{
+		const char *key = lfirst(lc);
+
+		if (!is_reserved(key))
+			CONF_SET(key, (const char *) lfirst(lnext(source->properties, lc)));
+	}
+	CONF_SET("bootstrap.servers", source->bootstrap_servers);
+#undef CONF_SET
+
+	rd_kafka_conf_set_opaque(conf, ks);
+	rd_kafka_conf_set_error_cb(conf, on_kafka_error);
+	rd_kafka_conf_set_log_cb(conf, on_kafka_log);
+
+	/* librdkafka's threads inherit this thread's mask: create them with every signal blocked. */
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &saved);
+	ks->rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, errstr, sizeof(errstr));
+	pthread_sigmask(SIG_SETMASK, &saved, NULL);
+	if (ks->rk == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_CONNECTION_FAILURE),
+				 errmsg("could not create Kafka consumer for source \"%s\": %s",
+						source->name, errstr)));
+
+	/* Logs and errors are served by consumer poll on this thread. */
+	rd_kafka_set_log_queue(ks->rk, NULL);
+	rd_kafka_poll_set_consumer(ks->rk);
+	ks->queue = rd_kafka_queue_get_consumer(ks->rk);
+	ks->topic = pstrdup(source->topic);
+	ks->rkt = rd_kafka_topic_new(ks->rk, source->topic, NULL);
+
+	if (pipe2(ks->pipefd, O_NONBLOCK | O_CLOEXEC) != 0)
+		ereport(ERROR,
+				(errcode_for_file_access(),
+				 errmsg("could not create pipe: %m")));
+	rd_kafka_queue_io_event_enable(ks->queue, ks->pipefd[1], "1", 1);
+	return ks;
+}
+
+int
+kafka_source_event_fd(KafkaSource *ks)
+{
+	return ks->pipefd[0];
+}
+
+/*
+ * The topic's partitions (sorted), from a metadata request.  Returns the
+ * count, or -1 with *error set when the broker cannot be reached or the
+ * topic does not exist.
+ */
+int
+kafka_source_list_partitions(KafkaSource *ks, int32 **partitions, int timeout_ms, char **error)
+{
+	const struct rd_kafka_metadata *md;
+	rd_kafka_resp_err_t err;
+	int			n;
+
+	err = rd_kafka_metadata(ks->rk, 0, ks->rkt, &md, timeout_ms);
+	if (err != RD_KAFKA_RESP_ERR_NO_ERROR)
+	{
+		*error = psprintf("cannot read metadata of topic \"%s\": %s", ks->topic, rd_kafka_err2str(err));
+		ks->broker_down = true;
+		return -1;
+	}
+	ks->broker_down = false;
+	if (md->topic_cnt != 1 || md->topics[0].err != RD_KAFKA_RESP_ERR_NO_ERROR)
+	{
+		*error = psprintf("topic \"%s\" is not available: %s", ks->topic,
+						  md->topic_cnt == 1 ? rd_kafka_err2str(md->topics[0].err) : "no metadata");
+		rd_kafka_metadata_destroy(md);
+		return -1;
+	}
+	n = md->topics[0].partition_cnt;
+	*partitions = palloc(sizeof(int32) * Max(n, 1));
+	for (int i = 0; i < n; i++)
+		(*partitions)[i] = md->topics[0].partitions[i].id;
+	rd_kafka_metadata_destroy(md);
+	/* insertion sort: partition counts are small */
+	for (int i = 1; i < n; i++)
+		for (int j = i; j > 0 && (*partitions)[j - 1] > (*partitions)[j]; j--)
+		{
+			int32		t = (*partitions)[j];
+
+			(*partitions)[j] = (*partitions)[j - 1];
+			(*partitions)[j - 1] = t;
+		}
+	return n;
+}
+
+bool
+kafka_source_query_watermarks(KafkaSource *ks, int32 partition, int64 *low, int64 *high,
+							  int timeout_ms, char **error)
+{
+	int64_t		lo,
+				hi;
+	rd_kafka_resp_err_t err;
+
+	err = rd_kafka_query_watermark_offsets(ks->rk, ks->topic, partition, &lo, &hi, timeout_ms);
+	if (err != RD_KAFKA_RESP_ERR_NO_ERROR)
+	{
+		*error = psprintf("cannot query offsets of topic \"%s\" partition %d: %s",
+						  ks->topic, partition, rd_kafka_err2str(err));
+		return false;
+	}
+	*low = lo;
+	*high = hi;
+	return true;
+}
+
+/* Consume the given partitions from the given offsets (adding to what is assigned). */
+void
+kafka_source_assign(KafkaSource *ks, int n, const int32 *partitions, const int64 *offsets)
+{
+	rd_kafka_topic_partition_list_t *list = rd_kafka_topic_partition_list_new(n);
+	rd_kafka_error_t *error;
+
+	for (int i = 0; i < n; i++)
+		rd_kafka_topic_partition_list_add(list, ks->topic, partitions[i])->offset = offsets[i];
+	error = rd_kafka_incremental_assign(ks->rk, list);
+	rd_kafka_topic_partition_list_destroy(list);
+	if (error)
+	{
+		char	   *msg = pstrdup(rd_kafka_error_string(error));
+
+		rd_kafka_error_destroy(error);
+		ereport(ERROR,
+				(errcode(ERRCODE_CONNECTION_FAILURE),
+				 errmsg("could not assign partitions of topic \"%s\": %s", ks->topic, msg)));
+	}
+}
+
+/*
+ * Take up to max messages that have already arrived, without waiting.
+ * Consumer errors are recorded (kafka_source_take_error), not returned.
+ */
+int
+kafka_source_poll(KafkaSource *ks, rd_kafka_message_t **msgs, int max)
+{
+	char		drain[64];
+	int			n = 0;
+
+	/* Empty the wakeup pipe first: a message arriving from now on writes to it again. */
+	while (read(ks->pipefd[0], drain, sizeof(drain)) > 0)
+		;
+
+	while (n < max)
+	{
+		rd_kafka_message_t *m = rd_kafka_consumer_poll(ks->rk, 0);
+
+		if (m == NULL)
+			break;
+		if (m->err)
+		{
+			if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
+			{
+				snprintf(ks->error, sizeof(ks->error), "%s: %s",
+						 rd_kafka_err2name(m->err), rd_kafka_message_errstr(m));
+				ks->error_pending = true;
+			}
+			rd_kafka_message_destroy(m);
+			continue;
+		}
+		ks->broker_down = false;
+		msgs[n++] = m;
+	}
+	return n;
+}
+
+/* The partition's end offset as last seen in a fetch response (no network), or -1. */
+int64
+kafka_source_cached_high_watermark(KafkaSource *ks, int32 partition)
+{
+	int64_t		lo,
+				hi;
+
+	if (rd_kafka_get_watermark_offsets(ks->rk, ks->topic, partition, &lo, &hi) != RD_KAFKA_RESP_ERR_NO_ERROR ||
+		hi < 0)
+		return -1;
+	return hi;
+}
+
+/* Tell the group what PostgreSQL committed, for Kafka tools; fire and forget. */
+void
+kafka_source_commit_async(KafkaSource *ks, int n, const int32 *partitions, const int64 *offsets)
+{
+	rd_kafka_topic_partition_list_t *list;
+
+	if (n == 0)
+		return;
+	list = rd_kafka_topic_partition_list_new(n);
+	for (int i = 0; i < n; i++)
+		rd_kafka_topic_partition_list_add(list, ks->topic, partitions[i])->offset = offsets[i];
+	(void) rd_kafka_commit(ks->rk, list, 1);
+	rd_kafka_topic_partition_list_destroy(list);
+}
+
+/* The last error a callback recorded since the previous call, if any. */
+bool
+kafka_source_take_error(KafkaSource *ks, char *buf, size_t len, bool *broker_down)
+{
+	*broker_down = ks->broker_down;
+	if (!ks->error_pending)
+		return false;
+	strlcpy(buf, ks->error, len);
+	ks->error_pending = false;
+	return true;
+}
+
+bool
+kafka_source_is_down(KafkaSource *ks)
+{
+	return ks->broker_down;
+}
+
+/* Report the librdkafka warnings recorded by the log callback, from the main thread. */
+void
+kafka_source_emit_logs(KafkaSource *ks)
+{
+	int			first = Max(0, ks->nlogs - KAFKA_LOG_RING);
+
+	for (int i = first; i < ks->nlogs; i++)
+		ereport(LOG,
+				(errmsg("librdkafka: %s", ks->log_line[i % KAFKA_LOG_RING])));
+	ks->nlogs = 0;
+}
+
+void
+kafka_source_destroy(KafkaSource *ks)
+{
+	if (ks->queue)
+		rd_kafka_queue_destroy(ks->queue);
+	if (ks->rkt)
+		rd_kafka_topic_destroy(ks->rkt);
+	if (ks->rk)
+		rd_kafka_destroy_flags(ks->rk, RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);
+	close(ks->pipefd[0]);
+	close(ks->pipefd[1]);
+	pfree(ks);
+}

@@ -1,0 +1,51 @@
+/*
+ * pipeline.h
+ *		The SQL stages of a flow: the transform over "input" (transform.c)
+ *		and the write into the target (sink.c).  Both run as prepared, kept
+ *		SPI plans over batches registered as ephemeral named relations.
+ */
+#ifndef SDP_PIPELINE_H
+#define SDP_PIPELINE_H
+
+#include "flow.h"
+
+#include "executor/spi.h"
+
+/* Name of the relation the target write reads the rows to write from. */
+#define SDP_OUTPUT_RELATION "sdp_output"
+#define SDP_INPUT_RELATION "input"
+
+typedef struct SdpTransform
+{
+	SPIPlanPtr	plan;			/* NULL when the flow has no transform */
+	TupleDesc	input_desc;
+	TupleDesc	result_desc;	/* the transform's columns (input_desc if none) */
+} SdpTransform;
+
+typedef struct SdpSink
+{
+	Oid			relid;
+	char	   *relname;		/* qualified and quoted, for messages and SQL */
+	SdpWriteMode mode;
+	TupleDesc	row_desc;		/* the rows handed to sdp_sink_write */
+	int			npk;
+	int		   *pk_index;		/* 0-based positions of the key columns in row_desc */
+	SPIPlanPtr	plan;
+	char	   *sql;
+} SdpSink;
+
+/* transform.c */
+extern void sdp_register_rows(const char *name, TupleDesc desc, HeapTuple *rows, int n);
+extern void sdp_unregister_rows(const char *name);
+extern void sdp_transform_prepare(SdpTransform *t, SdpInputSchema *schema, const char *sql);
+extern void sdp_transform_check_runs(SdpTransform *t);
+extern int	sdp_transform_run(SdpTransform *t, HeapTuple *rows, int n, HeapTuple **out);
+
+/* sink.c */
+extern Oid	sdp_target_primary_key(Relation rel, int *npk, AttrNumber **attnums);
+extern void sdp_sink_prepare(SdpSink *s, Oid target, SdpWriteMode mode,
+							 TupleDesc row_desc, bool skip_unmatched_meta);
+extern void sdp_sink_check_privileges(SdpSink *s, Oid roleid);
+extern int64 sdp_sink_write(SdpSink *s, HeapTuple *rows, int n);
+
+#endif							/* SDP_PIPELINE_H */

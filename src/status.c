@@ -1,0 +1,179 @@
+/*
+ * status.c
+ *		SQL-callable monitoring of flows: what their workers publish in
+ *		shared memory (the view sdp.flow_status joins it with the catalogs),
+ *		and the latest progress report of a flow.
+ */
+#include "sdp.h"
+
+#include "access/htup_details.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "utils/builtins.h"
+#include "utils/json.h"
+#include "utils/jsonb.h"
+#include "utils/timestamp.h"
+
+PG_FUNCTION_INFO_V1(sdp_flow_runtime);
+PG_FUNCTION_INFO_V1(sdp_flow_partitions);
+PG_FUNCTION_INFO_V1(sdp_flow_progress);
+
+#define RUNTIME_COLS 17
+
+static Datum
+timestamp_or_null(TimestampTz ts, bool *isnull)
+{
+	*isnull = (ts == 0);
+	return TimestampTzGetDatum(ts);
+}
+
+static Datum
+text_or_null(const char *s, bool *isnull)
+{
+	*isnull = (s[0] == '\0');
+	return *isnull ? (Datum) 0 : CStringGetTextDatum(s);
+}
+
+/*
+ * sdp_flow_runtime(): one row per flow that has a worker slot, with what
+ * its worker published.
+ */
+Datum
+sdp_flow_runtime(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	SdpFlowSlot *copy = palloc(sizeof(SdpFlowSlot));
+
+	sdp_require_shmem();
+	InitMaterializedSRF(fcinfo, 0);
+
+	for (int s = 0; s < SdpShmem->max_flows; s++)
+	{
+		Datum		values[RUNTIME_COLS];
+		bool		nulls[RUNTIME_COLS];
+		int			i = 0;
+
+		LWLockAcquire(SdpShmem->lock, LW_SHARED);
+		if (!SdpShmem->slots[s].in_use)
+		{
+			LWLockRelease(SdpShmem->lock);
+			continue;
+		}
+		sdp_slot_copy(s, copy);
+		LWLockRelease(SdpShmem->lock);
+
+		memset(nulls, 0, sizeof(nulls));
+		values[i++] = CStringGetTextDatum(copy->name);
+		values[i++] = CStringGetTextDatum(sdp_flow_state_name(copy->state));
+		values[i] = Int32GetDatum(copy->pid);
+		nulls[i++] = (copy->pid == 0);
+		values[i++] = Int64GetDatum(copy->messages_read);
+		values[i++] = Int64GetDatum(copy->rows_written);
+		values[i++] = Int64GetDatum(copy->rows_filtered);
+		values[i++] = Int64GetDatum(copy->rows_dead_lettered);
+		values[i++] = Int64GetDatum(copy->rows_skipped);
+		values[i++] = Int64GetDatum(copy->batches);
+		values[i] = timestamp_or_null(copy->last_commit_at, &nulls[i]);
+		i++;
+		values[i++] = BoolGetDatum(copy->broker_ok);
+		values[i] = text_or_null(copy->broker_error, &nulls[i]);
+		i++;
+		values[i] = timestamp_or_null(copy->broker_error_at, &nulls[i]);
+		i++;
+		values[i] = text_or_null(copy->last_error, &nulls[i]);
+		i++;
+		values[i] = timestamp_or_null(copy->last_error_at, &nulls[i]);
+		i++;
+		values[i] = timestamp_or_null(copy->started_at, &nulls[i]);
+		i++;
+		values[i++] = Int32GetDatum(copy->restarts);
+		Assert(i == RUNTIME_COLS);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	return (Datum) 0;
+}
+
+/* sdp_flow_partitions(flow): the partitions a running flow consumes, with high watermarks. */
+Datum
+sdp_flow_partitions(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	char	   *name = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	SdpFlowSlot *copy = palloc(sizeof(SdpFlowSlot));
+	int			s;
+
+	sdp_require_shmem();
+	InitMaterializedSRF(fcinfo, 0);
+
+	LWLockAcquire(SdpShmem->lock, LW_SHARED);
+	s = sdp_slot_find(name);
+	if (s >= 0)
+		sdp_slot_copy(s, copy);
+	LWLockRelease(SdpShmem->lock);
+	if (s < 0)
+		return (Datum) 0;
+
+	for (int p = 0; p < copy->npartitions; p++)
+	{
+		Datum		values[3];
+		bool		nulls[3] = {false, false, false};
+
+		values[0] = Int32GetDatum(copy->partitions[p].partition);
+		values[1] = Int64GetDatum(copy->partitions[p].committed);
+		values[2] = Int64GetDatum(copy->partitions[p].high_watermark);
+		nulls[2] = copy->partitions[p].high_watermark < 0;
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	return (Datum) 0;
+}
+
+static void
+append_percentiles(StringInfo buf, const char *name, const SdpPercentiles *p)
+{
+	appendStringInfo(buf, "\"%s\": {\"P0\": %.3f, \"P50\": %.3f, \"P90\": %.3f, \"P95\": %.3f, \"P99\": %.3f, \"samples\": " INT64_FORMAT "}",
+					 name, p->p0, p->p50, p->p90, p->p95, p->p99, p->samples);
+}
+
+/*
+ * sdp_flow_progress(flow) -> jsonb: the latest progress report, shaped like
+ * Spark's StreamingQueryProgress with Real-Time Mode latencies; NULL until
+ * the running flow has completed its first reporting interval.
+ */
+Datum
+sdp_flow_progress(PG_FUNCTION_ARGS)
+{
+	char	   *name = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	SdpFlowSlot *copy = palloc(sizeof(SdpFlowSlot));
+	SdpProgress *p = &copy->progress;
+	StringInfoData buf;
+	int			s;
+
+	sdp_require_shmem();
+	LWLockAcquire(SdpShmem->lock, LW_SHARED);
+	s = sdp_slot_find(name);
+	if (s >= 0)
+		sdp_slot_copy(s, copy);
+	LWLockRelease(SdpShmem->lock);
+	if (s < 0 || p->report_id == 0)
+		PG_RETURN_NULL();
+
+	initStringInfo(&buf);
+	appendStringInfoString(&buf, "{\"flow\": ");
+	escape_json(&buf, copy->name);
+	appendStringInfo(&buf, ", \"state\": \"%s\", \"reportId\": " INT64_FORMAT ", \"timestamp\": \"%s\", ",
+					 sdp_flow_state_name(copy->state), p->report_id,
+					 timestamptz_to_str(p->timestamp));
+	appendStringInfo(&buf, "\"intervalSeconds\": %.3f, \"numBatches\": " INT64_FORMAT ", \"numInputRows\": " INT64_FORMAT ", \"numOutputRows\": " INT64_FORMAT ", ",
+					 p->interval_s, p->batches, p->input_rows, p->output_rows);
+	appendStringInfo(&buf, "\"inputRowsPerSecond\": %.1f, \"processedRowsPerSecond\": %.1f, \"avgBatchDurationMs\": %.3f, \"maxBatchRows\": " INT64_FORMAT ", ",
+					 p->input_rows_per_s, p->processed_rows_per_s, p->batch_ms_avg, p->max_batch_rows);
+	appendStringInfoString(&buf, "\"latencies\": {");
+	append_percentiles(&buf, "processingLatencyMs", &p->processing);
+	appendStringInfoString(&buf, ", ");
+	append_percentiles(&buf, "sourceQueuingLatencyMs", &p->queuing);
+	appendStringInfoString(&buf, ", ");
+	append_percentiles(&buf, "e2eLatencyMs", &p->e2e);
+	appendStringInfoString(&buf, "}}");
+
+	PG_RETURN_DATUM(DirectFunctionCall1(jsonb_in, CStringGetDatum(buf.data)));
+}

@@ -1,0 +1,1160 @@
+/*
+ * worker.c
+ *		The flow worker: one dynamic background worker per running flow.
+ *
+ * Started by the launcher, it connects as the flow's owner and loops:
+ *
+ *	wait for messages (or its latch) -> take what has arrived (a batch) ->
+ *	decode JSON -> run the transform -> write the target -> write the next
+ *	offset of every partition -> commit -> record latencies
+ *
+ * The target rows and the offsets commit in one transaction, which is what
+ * makes a flow exactly-once: after any crash the worker seeks to the offsets
+ * that committed with the rows, so every message is in the target once.
+ *
+ * Bad input never stops the batch.  A message that does not decode is set
+ * aside at once.  If the transform or the write raises a data error, the
+ * transaction is rolled back and the batch is run again in subtransactions,
+ * halving the failing ranges until each bad message is alone; those go to
+ * sdp.dead_letters (or are skipped, or fail the flow: option on_error) and
+ * the rest commits.  Errors that are not about the data (a missing table, a
+ * revoked privilege, a full disk) retry the same batch with backoff instead,
+ * so nothing is dead-lettered for the environment's sake.
+ */
+#include "sdp.h"
+
+#include <time.h>
+
+#include "access/xact.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "mb/pg_wchar.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "storage/proc.h"
+#include "tcop/tcopprot.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/jsonb.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/regproc.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+
+#include "flow.h"
+#include "json_decode.h"
+#include "kafka_source.h"
+#include "metrics.h"
+#include "pipeline.h"
+#include "worker.h"
+
+/* Latency samples kept per progress interval. */
+#define SDP_METRICS_CAPACITY	65536
+/* How often the worker refreshes partition high watermarks in its slot. */
+#define SDP_WATERMARK_REFRESH_MS	500
+/* How often it looks for new partitions of its topic. */
+#define SDP_PARTITION_REFRESH_MS	30000
+/* How often it probes a broker it lost. */
+#define SDP_BROKER_PROBE_MS		2000
+
+/* A message set aside: where it came from and why. */
+typedef struct DeadLetter
+{
+	rd_kafka_message_t *msg;
+	const char *stage;
+	char	   *error;
+	int			sqlstate;
+} DeadLetter;
+
+/* One batch of messages, from poll to commit. */
+typedef struct Batch
+{
+	int			nmsgs;
+	rd_kafka_message_t **msgs;
+	int			nrows;			/* decoded messages */
+	HeapTuple  *rows;
+	int		   *row_msg;		/* rows[i] came from msgs[row_msg[i]] */
+	List	   *dead;			/* DeadLetter *, in offset order per stage */
+	int64		rows_out;		/* rows the transform produced */
+	int64		rows_written;
+	int64		rows_skipped;
+	int64		read_us;		/* Unix time (us) when the batch was taken */
+} Batch;
+
+typedef struct FlowWorker
+{
+	SdpWorkerArgs args;
+	SdpFlowSlot *slot;
+	MemoryContext flow_cxt;		/* the flow's definition and plans: worker lifetime */
+	MemoryContext batch_cxt;	/* reset after every batch */
+
+	SdpSourceDef source;
+	SdpFlowOptions opts;
+	SdpInputSchema *schema;
+	char	   *schema_text;
+	char	   *transform_sql;
+	char	   *target_name;
+	char	   *owner_name;
+	Oid			target;
+	SdpTransform transform;
+	SdpSink		sink;
+
+	SPIPlanPtr	offsets_plan;
+	SPIPlanPtr	dead_letter_plan;
+
+	KafkaSource *kafka;
+	int			npartitions;
+	int32	   *partitions;		/* sorted */
+	int64	   *next_offset;	/* per partition: next offset to read (committed) */
+	int			max_partition_id;
+	int		   *partition_index;	/* partition id -> index, -1 if not assigned */
+
+	rd_kafka_message_t **poll_buf;
+	WaitEventSet *wait_set;
+	SdpMetrics	metrics;
+
+	TimestampTz next_progress;
+	TimestampTz next_watermarks;
+	TimestampTz next_partition_refresh;
+	TimestampTz next_broker_probe;
+	int			error_backoff_ms;
+} FlowWorker;
+
+static FlowWorker *W = NULL;
+
+static void worker_on_exit(int code, Datum arg);
+static void worker_load_flow(FlowWorker *w);
+static void worker_open_source(FlowWorker *w);
+static void worker_loop(FlowWorker *w);
+static void worker_fail(FlowWorker *w, const char *message) pg_attribute_noreturn();
+
+/* Unix time in microseconds, the clock Kafka timestamps use. */
+static int64
+unix_now_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64) ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+void
+sdp_flow_worker_main(Datum main_arg)
+{
+	FlowWorker *w;
+
+	/* SIGTERM (stop, drop) ends the worker at its next CHECK_FOR_INTERRUPTS; an open batch rolls back. */
+	pqsignal(SIGTERM, die);
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	BackgroundWorkerUnblockSignals();
+
+	w = MemoryContextAllocZero(TopMemoryContext, sizeof(FlowWorker));
+	W = w;
+	memcpy(&w->args, MyBgworkerEntry->bgw_extra, sizeof(SdpWorkerArgs));
+	w->slot = &SdpShmem->slots[w->args.slotno];
+	w->flow_cxt = AllocSetContextCreate(TopMemoryContext, "sdp flow", ALLOCSET_DEFAULT_SIZES);
+	w->batch_cxt = AllocSetContextCreate(TopMemoryContext, "sdp batch", ALLOCSET_DEFAULT_SIZES);
+
+	/* Publish our pid; from here on our exit is reported to the launcher. */
+	SpinLockAcquire(&w->slot->mutex);
+	w->slot->pid = MyProcPid;
+	w->slot->started_at = GetCurrentTimestamp();
+	w->slot->state = SDP_FLOW_STARTING;
+	SpinLockRelease(&w->slot->mutex);
+	before_shmem_exit(worker_on_exit, (Datum) 0);
+
+	/* Run as the flow's owner: its privileges apply to everything the flow reads and writes. */
+	BackgroundWorkerInitializeConnectionByOid(w->args.dboid, w->args.owner, 0);
+	pgstat_report_appname(psprintf("sdp flow %s", w->args.name));
+	SetConfigOption("application_name", psprintf("sdp flow %s", w->args.name),
+					PGC_USERSET, PGC_S_SESSION);
+
+	worker_load_flow(w);
+	worker_open_source(w);
+
+	SpinLockAcquire(&w->slot->mutex);
+	w->slot->state = SDP_FLOW_RUNNING;
+	SpinLockRelease(&w->slot->mutex);
+	ereport(LOG,
+			(errmsg("sdp flow \"%s\" consuming topic \"%s\" (%d partitions) into %s",
+					w->args.name, w->source.topic, w->npartitions, w->sink.relname)));
+
+	worker_loop(w);
+}
+
+/* Report our exit in the slot and wake the launcher, which decides what comes next. */
+static void
+worker_on_exit(int code, Datum arg)
+{
+	SdpFlowSlot *slot = W->slot;
+
+	SpinLockAcquire(&slot->mutex);
+	slot->pid = 0;
+	slot->exited_at = GetCurrentTimestamp();
+	SpinLockRelease(&slot->mutex);
+	sdp_wake_launcher();
+}
+
+/* Record an error in the slot, for sdp.flow_status. */
+static void
+worker_set_error(FlowWorker *w, const char *message)
+{
+	SpinLockAcquire(&w->slot->mutex);
+	strlcpy(w->slot->last_error, message, SDP_ERROR_LEN);
+	w->slot->last_error_at = GetCurrentTimestamp();
+	SpinLockRelease(&w->slot->mutex);
+}
+
+/*
+ * Stop the flow in the failed state: persist the error in sdp.flows (so the
+ * launcher does not restart it, even after a server restart) and exit.
+ * Called outside any transaction.
+ */
+static void
+worker_fail(FlowWorker *w, const char *message)
+{
+	SdpCatalogScope scope;
+	Oid			argtypes[2] = {INT8OID, TEXTOID};
+	Datum		values[2];
+
+	ereport(LOG,
+			(errmsg("sdp flow \"%s\" failed: %s", w->args.name, message),
+			 errhint("Fix the cause, then run SELECT sdp_start_flow('%s').", w->args.name)));
+	worker_set_error(w, message);
+
+	StartTransactionCommand();
+	SPI_connect();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	sdp_catalog_enter(&scope);
+	values[0] = Int64GetDatum(w->args.flow_id);
+	values[1] = CStringGetTextDatum(message);
+	SPI_execute_with_args("UPDATE sdp.flows SET failed_at = now(), last_error = $2 WHERE id = $1",
+						  2, argtypes, values, NULL, false, 0);
+	sdp_catalog_leave(&scope);
+	PopActiveSnapshot();
+	SPI_finish();
+	CommitTransactionCommand();
+
+	SpinLockAcquire(&w->slot->mutex);
+	w->slot->state = SDP_FLOW_FAILED;
+	w->slot->exit_expected = true;
+	SpinLockRelease(&w->slot->mutex);
+	proc_exit(0);
+}
+
+static char *
+spi_text(HeapTuple tup, TupleDesc desc, int col)
+{
+	return SPI_getvalue(tup, desc, col);
+}
+
+/*
+ * Read the flow's declaration and prepare its plans.  Errors in the
+ * declaration (the target was dropped, a privilege revoked) fail the flow
+ * with the reason instead of restarting it in a loop.
+ */
+static void
+worker_load_flow(FlowWorker *w)
+{
+	SdpCatalogScope scope;
+	Oid			argtypes[1] = {INT8OID};
+	Datum		values[1] = {Int64GetDatum(w->args.flow_id)};
+	MemoryContext oldcxt;
+	HeapTuple	tup;
+	TupleDesc	desc;
+	bool		isnull;
+	bool		enabled,
+				failed;
+	Jsonb	   *flow_options,
+			   *source_options;
+	char	   *volatile error = NULL;
+
+	StartTransactionCommand();
+	SPI_connect();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	pgstat_report_activity(STATE_RUNNING, "sdp: loading flow");
+	w->owner_name = MemoryContextStrdup(w->flow_cxt, GetUserNameFromId(w->args.owner, false));
+
+	sdp_catalog_enter(&scope);
+	if (SPI_execute_with_args("SELECT f.source, f.target, f.schema, f.transform, f.operator, f.options, "
+							  "       f.enabled, f.failed_at IS NOT NULL, "
+							  "       s.bootstrap_servers, s.topic, s.options, s.owner "
+							  "  FROM sdp.flows f JOIN sdp.sources s ON s.name = f.source "
+							  " WHERE f.id = $1",
+							  1, argtypes, values, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read flow \"%s\"", w->args.name);
+	sdp_catalog_leave(&scope);
+
+	if (SPI_processed == 0)
+	{
+		/* dropped before we started: nothing to do */
+		SpinLockAcquire(&w->slot->mutex);
+		w->slot->exit_expected = true;
+		SpinLockRelease(&w->slot->mutex);
+		proc_exit(0);
+	}
+	tup = SPI_tuptable->vals[0];
+	desc = SPI_tuptable->tupdesc;
+
+	oldcxt = MemoryContextSwitchTo(w->flow_cxt);
+	w->source.name = spi_text(tup, desc, 1);
+	w->target_name = spi_text(tup, desc, 2);
+	w->schema_text = spi_text(tup, desc, 3);
+	w->transform_sql = spi_text(tup, desc, 4);
+	flow_options = DatumGetJsonbPCopy(SPI_getbinval(tup, desc, 6, &isnull));
+	enabled = DatumGetBool(SPI_getbinval(tup, desc, 7, &isnull));
+	failed = DatumGetBool(SPI_getbinval(tup, desc, 8, &isnull));
+	w->source.bootstrap_servers = spi_text(tup, desc, 9);
+	w->source.topic = spi_text(tup, desc, 10);
+	source_options = DatumGetJsonbPCopy(SPI_getbinval(tup, desc, 11, &isnull));
+	w->source.owner = spi_text(tup, desc, 12);
+	MemoryContextSwitchTo(oldcxt);
+
+	if (!enabled || failed)
+	{
+		SpinLockAcquire(&w->slot->mutex);
+		w->slot->exit_expected = true;
+		SpinLockRelease(&w->slot->mutex);
+		proc_exit(0);
+	}
+
+	/* Everything else runs as the owner, and a declaration error fails the flow. */
+	PG_TRY();
+	{
+		List	   *names;
+
+		oldcxt = MemoryContextSwitchTo(w->flow_cxt);
+		sdp_parse_source_options(source_options, &w->source);
+		sdp_parse_flow_options(flow_options, &w->opts);
+		w->schema = sdp_parse_input_schema(w->schema_text);
+
+		names = stringToQualifiedNameList(w->target_name);
+		w->target = RangeVarGetRelid(makeRangeVarFromNameList(names), NoLock, true);
+		if (!OidIsValid(w->target))
+			ereport(ERROR,
+					(errcode(ERRCODE_UNDEFINED_TABLE),
+					 errmsg("target table %s of the flow does not exist", w->target_name)));
+
+		sdp_transform_prepare(&w->transform, w->schema, w->transform_sql);
+		sdp_sink_prepare(&w->sink, w->target, w->opts.mode, w->transform.result_desc,
+						 w->transform_sql == NULL);
+		sdp_sink_check_privileges(&w->sink, GetUserId());
+		if (w->transform.plan)
+			SPI_keepplan(w->transform.plan);
+		SPI_keepplan(w->sink.plan);
+		MemoryContextSwitchTo(oldcxt);
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(w->flow_cxt);
+		edata = CopyErrorData();
+		if (ERRCODE_TO_CATEGORY(edata->sqlerrcode) != ERRCODE_SYNTAX_ERROR_OR_ACCESS_RULE_VIOLATION &&
+			ERRCODE_TO_CATEGORY(edata->sqlerrcode) != ERRCODE_INVALID_PARAMETER_VALUE &&
+			ERRCODE_TO_CATEGORY(edata->sqlerrcode) != ERRCODE_FEATURE_NOT_SUPPORTED)
+			PG_RE_THROW();		/* not about the declaration: exit and let the launcher retry */
+		FlushErrorState();
+		error = edata->message;
+	}
+	PG_END_TRY();
+
+	if (error == NULL)
+	{
+		/* The statements the worker runs on the catalogs, prepared once. */
+		Oid			off_types[3] = {INT8OID, INT4ARRAYOID, INT8ARRAYOID};
+		Oid			dl_types[12] = {TEXTOID, TEXTOID, TEXTOID, INT4OID, INT8OID, TEXTOID,
+			TIMESTAMPTZOID, BYTEAOID, TEXTOID, TEXTOID, TEXTOID, TEXTOID};
+
+		sdp_catalog_enter(&scope);
+		w->offsets_plan = SPI_prepare("INSERT INTO sdp.offsets AS o (flow_id, partition, next_offset, updated_at) "
+									  "SELECT $1, u.p, u.o, now() FROM unnest($2, $3) AS u(p, o) "
+									  "ON CONFLICT (flow_id, partition) DO UPDATE "
+									  "SET next_offset = EXCLUDED.next_offset, updated_at = EXCLUDED.updated_at",
+									  3, off_types);
+		w->dead_letter_plan = SPI_prepare("INSERT INTO sdp.dead_letters (flow, owner, kafka_topic, kafka_partition, "
+										  "kafka_offset, kafka_key, kafka_timestamp, payload, payload_text, stage, error, sqlstate) "
+										  "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+										  12, dl_types);
+		if (w->offsets_plan == NULL || w->dead_letter_plan == NULL)
+			elog(ERROR, "could not prepare catalog statements: %s", SPI_result_code_string(SPI_result));
+		SPI_keepplan(w->offsets_plan);
+		SPI_keepplan(w->dead_letter_plan);
+		sdp_catalog_leave(&scope);
+	}
+
+	PopActiveSnapshot();
+	SPI_finish();
+	CommitTransactionCommand();
+	pgstat_report_activity(STATE_IDLE, NULL);
+
+	if (error)
+		worker_fail(w, error);
+
+	/* Safe because offsets commit with the rows: a crash loses a suffix of both. */
+	SetConfigOption("synchronous_commit", w->opts.synchronous_commit, PGC_USERSET, PGC_S_SESSION);
+}
+
+/* Store offsets for partitions; runs inside a transaction with SPI connected. */
+static void
+store_offsets(FlowWorker *w, int n, const int32 *partitions, const int64 *offsets)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	SdpCatalogScope scope;
+	Datum		values[3];
+	Datum	   *pd = palloc(sizeof(Datum) * n);
+	Datum	   *od = palloc(sizeof(Datum) * n);
+	int			rc;
+
+	for (int i = 0; i < n; i++)
+	{
+		pd[i] = Int32GetDatum(partitions[i]);
+		od[i] = Int64GetDatum(offsets[i]);
+	}
+	values[0] = Int64GetDatum(w->args.flow_id);
+	values[1] = PointerGetDatum(construct_array(pd, n, INT4OID, 4, true, TYPALIGN_INT));
+	values[2] = PointerGetDatum(construct_array(od, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+	sdp_catalog_enter(&scope);
+	rc = SPI_execute_plan(w->offsets_plan, values, NULL, false, 0);
+	MemoryContextSwitchTo(cxt);
+	sdp_catalog_leave(&scope);
+	if (rc != SPI_OK_INSERT)
+		elog(ERROR, "could not store offsets: %s", SPI_result_code_string(rc));
+}
+
+/* Show the assigned partitions and their committed offsets in the slot. */
+static void
+publish_partitions(FlowWorker *w)
+{
+	int			n = Min(w->npartitions, SDP_MAX_PARTITIONS);
+
+	SpinLockAcquire(&w->slot->mutex);
+	w->slot->npartitions = n;
+	for (int i = 0; i < n; i++)
+	{
+		w->slot->partitions[i].partition = w->partitions[i];
+		w->slot->partitions[i].committed = w->next_offset[i];
+		w->slot->partitions[i].high_watermark = -1;
+	}
+	SpinLockRelease(&w->slot->mutex);
+}
+
+static void
+set_broker_state(FlowWorker *w, bool ok, const char *error)
+{
+	SpinLockAcquire(&w->slot->mutex);
+	w->slot->broker_ok = ok;
+	if (error)
+	{
+		strlcpy(w->slot->broker_error, error, SDP_ERROR_LEN);
+		w->slot->broker_error_at = GetCurrentTimestamp();
+	}
+	SpinLockRelease(&w->slot->mutex);
+}
+
+/*
+ * Start consuming new partitions (all of them at start): from the offsets
+ * committed in sdp.offsets, else from the topic's start or end
+ * (starting_offsets), which are then stored at once so that a restart
+ * before the first message resumes from the same place.
+ */
+static void
+assign_partitions(FlowWorker *w, int n, int32 *partitions)
+{
+	MemoryContext oldcxt;
+	int32	   *fresh = palloc(sizeof(int32) * n);
+	int64	   *fresh_off = palloc(sizeof(int64) * n);
+	int			nfresh = 0;
+	int			total;
+	int32	   *all_parts;
+	int64	   *all_offs;
+	Oid			argtypes[1] = {INT8OID};
+	Datum		values[1] = {Int64GetDatum(w->args.flow_id)};
+	SdpCatalogScope scope;
+
+	StartTransactionCommand();
+	SPI_connect();
+	PushActiveSnapshot(GetTransactionSnapshot());
+
+	sdp_catalog_enter(&scope);
+	SPI_execute_with_args("SELECT partition, next_offset FROM sdp.offsets WHERE flow_id = $1",
+						  1, argtypes, values, NULL, true, 0);
+	sdp_catalog_leave(&scope);
+
+	for (int i = 0; i < n; i++)
+	{
+		bool		known = false;
+		bool		isnull;
+
+		if (partitions[i] <= w->max_partition_id && w->partition_index &&
+			w->partition_index[partitions[i]] >= 0)
+			continue;			/* already consuming it */
+		for (uint64 r = 0; r < SPI_processed; r++)
+		{
+			if (DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 1, &isnull)) == partitions[i])
+			{
+				fresh_off[nfresh] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 2, &isnull));
+				known = true;
+			}
+		}
+		if (!known)
+		{
+			int64		lo,
+						hi;
+			char	   *error;
+
+			while (!kafka_source_query_watermarks(w->kafka, partitions[i], &lo, &hi, 5000, &error))
+			{
+				set_broker_state(w, false, error);
+				/* wait a little, staying responsive to stop requests */
+				(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+								 1000, PG_WAIT_EXTENSION);
+				ResetLatch(MyLatch);
+				CHECK_FOR_INTERRUPTS();
+			}
+			fresh_off[nfresh] = w->source.start_at_earliest ? lo : hi;
+		}
+		fresh[nfresh++] = partitions[i];
+	}
+	if (nfresh > 0)
+		store_offsets(w, nfresh, fresh, fresh_off);
+
+	PopActiveSnapshot();
+	SPI_finish();
+	CommitTransactionCommand();
+
+	if (nfresh == 0)
+		return;
+	kafka_source_assign(w->kafka, nfresh, fresh, fresh_off);
+
+	/* merge into the sorted partition list */
+	oldcxt = MemoryContextSwitchTo(w->flow_cxt);
+	total = w->npartitions + nfresh;
+	all_parts = palloc(sizeof(int32) * total);
+	all_offs = palloc(sizeof(int64) * total);
+	memcpy(all_parts, w->partitions, sizeof(int32) * w->npartitions);
+	memcpy(all_offs, w->next_offset, sizeof(int64) * w->npartitions);
+	memcpy(all_parts + w->npartitions, fresh, sizeof(int32) * nfresh);
+	memcpy(all_offs + w->npartitions, fresh_off, sizeof(int64) * nfresh);
+	for (int i = 1; i < total; i++)
+		for (int j = i; j > 0 && all_parts[j - 1] > all_parts[j]; j--)
+		{
+			int32		tp = all_parts[j];
+			int64		to = all_offs[j];
+
+			all_parts[j] = all_parts[j - 1];
+			all_offs[j] = all_offs[j - 1];
+			all_parts[j - 1] = tp;
+			all_offs[j - 1] = to;
+		}
+	w->partitions = all_parts;
+	w->next_offset = all_offs;
+	w->npartitions = total;
+	w->max_partition_id = all_parts[total - 1];
+	w->partition_index = palloc(sizeof(int) * (w->max_partition_id + 1));
+	for (int i = 0; i <= w->max_partition_id; i++)
+		w->partition_index[i] = -1;
+	for (int i = 0; i < total; i++)
+		w->partition_index[all_parts[i]] = i;
+	MemoryContextSwitchTo(oldcxt);
+	publish_partitions(w);
+}
+
+/* Connect to Kafka and start consuming every partition of the topic. */
+static void
+worker_open_source(FlowWorker *w)
+{
+	int32	   *partitions;
+	int			n;
+	char	   *error;
+	MemoryContext oldcxt = MemoryContextSwitchTo(w->flow_cxt);
+
+	pgstat_report_activity(STATE_RUNNING, "sdp: connecting to Kafka");
+	w->kafka = kafka_source_create(&w->source, w->args.name);
+	w->poll_buf = palloc(sizeof(rd_kafka_message_t *) * w->opts.max_batch_rows);
+	sdp_metrics_init(&w->metrics, SDP_METRICS_CAPACITY);
+
+	/* Wait for a broker to tell us the partitions; the flow shows the broker as down meanwhile. */
+	while ((n = kafka_source_list_partitions(w->kafka, &partitions, 5000, &error)) <= 0)
+	{
+		if (n == 0)
+			error = psprintf("topic \"%s\" has no partitions", w->source.topic);
+		set_broker_state(w, false, error);
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 1000, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+	}
+	set_broker_state(w, true, NULL);
+	MemoryContextSwitchTo(oldcxt);
+	assign_partitions(w, n, partitions);
+
+	/* One wait set for the whole life of the worker: latch, Kafka's wakeup pipe, postmaster death. */
+	w->wait_set = CreateWaitEventSet(TopMemoryContext, 3);
+	AddWaitEventToSet(w->wait_set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
+	AddWaitEventToSet(w->wait_set, WL_SOCKET_READABLE, kafka_source_event_fd(w->kafka), NULL, NULL);
+	AddWaitEventToSet(w->wait_set, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL, NULL);
+	pgstat_report_activity(STATE_IDLE, NULL);
+}
+
+/* Errors worth isolating to one message: the data was wrong, not the world. */
+static bool
+is_data_error(int sqlerrcode)
+{
+	int			category = ERRCODE_TO_CATEGORY(sqlerrcode);
+
+	return category == ERRCODE_DATA_EXCEPTION ||
+		category == ERRCODE_INTEGRITY_CONSTRAINT_VIOLATION ||
+		category == ERRCODE_CARDINALITY_VIOLATION ||
+		category == ERRCODE_WITH_CHECK_OPTION_VIOLATION ||
+		category == ERRCODE_SQL_ROUTINE_EXCEPTION ||
+		category == ERRCODE_EXTERNAL_ROUTINE_INVOCATION_EXCEPTION ||
+		sqlerrcode == ERRCODE_RAISE_EXCEPTION;
+}
+
+/* Decode every message of the batch; the ones that fail are set aside. */
+static void
+decode_batch(FlowWorker *w, Batch *b)
+{
+	TupleDesc	desc = w->schema->tupdesc;
+	int			natts = desc->natts;
+	int			ncols = w->schema->ncolumns;
+	Datum	   *values = palloc(sizeof(Datum) * natts);
+	bool	   *nulls = palloc(sizeof(bool) * natts);
+	Datum		topic = CStringGetTextDatum(w->source.topic);
+
+	b->rows = palloc(sizeof(HeapTuple) * b->nmsgs);
+	b->row_msg = palloc(sizeof(int) * b->nmsgs);
+	for (int i = 0; i < b->nmsgs; i++)
+	{
+		rd_kafka_message_t *m = b->msgs[i];
+		char	   *error;
+		int			sqlstate;
+		int64		ts;
+		rd_kafka_timestamp_type_t tstype;
+
+		if (!sdp_decode_message(w->schema, m->payload, m->len, values, nulls, &error, &sqlstate))
+		{
+			DeadLetter *dl = palloc(sizeof(DeadLetter));
+
+			dl->msg = m;
+			dl->stage = "decode";
+			dl->error = error;
+			dl->sqlstate = sqlstate;
+			b->dead = lappend(b->dead, dl);
+			continue;
+		}
+		values[ncols + SDP_META_TOPIC] = topic;
+		nulls[ncols + SDP_META_TOPIC] = false;
+		values[ncols + SDP_META_PARTITION] = Int32GetDatum(m->partition);
+		nulls[ncols + SDP_META_PARTITION] = false;
+		values[ncols + SDP_META_OFFSET] = Int64GetDatum(m->offset);
+		nulls[ncols + SDP_META_OFFSET] = false;
+		nulls[ncols + SDP_META_KEY] = (m->key == NULL ||
+									   pg_verify_mbstr(GetDatabaseEncoding(), m->key, (int) m->key_len, true) != (int) m->key_len ||
+									   memchr(m->key, '\0', m->key_len) != NULL);
+		if (!nulls[ncols + SDP_META_KEY])
+			values[ncols + SDP_META_KEY] = PointerGetDatum(cstring_to_text_with_len(m->key, (int) m->key_len));
+		ts = rd_kafka_message_timestamp(m, &tstype);
+		nulls[ncols + SDP_META_TIMESTAMP] = (tstype == RD_KAFKA_TIMESTAMP_NOT_AVAILABLE || ts < 0);
+		if (!nulls[ncols + SDP_META_TIMESTAMP])
+			values[ncols + SDP_META_TIMESTAMP] =
+				TimestampTzGetDatum(ts * 1000 - (int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * USECS_PER_DAY);
+
+		b->rows[b->nrows] = heap_form_tuple(desc, values, nulls);
+		b->row_msg[b->nrows] = i;
+		b->nrows++;
+	}
+}
+
+/* Transform and write rows [lo, hi) of the batch. */
+static void
+run_rows(FlowWorker *w, Batch *b, int lo, int hi, const char **stage)
+{
+	HeapTuple  *out;
+	int			nout;
+
+	*stage = "transform";
+	nout = sdp_transform_run(&w->transform, b->rows + lo, hi - lo, &out);
+	b->rows_out += nout;
+	*stage = "write";
+	b->rows_written += sdp_sink_write(&w->sink, out, nout);
+}
+
+/*
+ * Run rows [lo, hi) in a subtransaction; when a data error rolls it back,
+ * split the range until the bad message is alone, and set it aside.
+ * Returns false if on_error = fail met a bad message (*fail_message set).
+ */
+static bool
+isolate_rows(FlowWorker *w, Batch *b, int lo, int hi, char **fail_message)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
+	const char *volatile stage = "transform";
+	int64		out_before = b->rows_out;
+	int64		written_before = b->rows_written;
+	ErrorData  *edata = NULL;
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(cxt);
+	PG_TRY();
+	{
+		run_rows(w, b, lo, hi, (const char **) &stage);
+		ReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+	}
+	PG_CATCH();
+	{
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+		/* a registration left behind by the failed statement */
+		(void) SPI_unregister_relation(SDP_INPUT_RELATION);
+		(void) SPI_unregister_relation(SDP_OUTPUT_RELATION);
+		if (!is_data_error(edata->sqlerrcode))
+			ReThrowError(edata);
+	}
+	PG_END_TRY();
+
+	if (edata == NULL)
+		return true;
+
+	b->rows_out = out_before;
+	b->rows_written = written_before;
+	if (hi - lo > 1)
+	{
+		int			mid = lo + (hi - lo) / 2;
+
+		return isolate_rows(w, b, lo, mid, fail_message) &&
+			isolate_rows(w, b, mid, hi, fail_message);
+	}
+	else
+	{
+		rd_kafka_message_t *m = b->msgs[b->row_msg[lo]];
+
+		if (w->opts.on_error == SDP_ON_ERROR_FAIL)
+		{
+			*fail_message = psprintf("%s of partition %d offset %lld: %s", stage,
+									 m->partition, (long long) m->offset, edata->message);
+			return false;
+		}
+		if (w->opts.on_error == SDP_ON_ERROR_SKIP)
+			b->rows_skipped++;
+		else
+		{
+			DeadLetter *dl = palloc(sizeof(DeadLetter));
+
+			dl->msg = m;
+			dl->stage = stage;
+			dl->error = pstrdup(edata->message);
+			dl->sqlstate = edata->sqlerrcode;
+			b->dead = lappend(b->dead, dl);
+		}
+	}
+	return true;
+}
+
+/* Write the batch's dead letters (inside the batch's transaction). */
+static void
+write_dead_letters(FlowWorker *w, Batch *b)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	SdpCatalogScope scope;
+	ListCell   *lc;
+
+	if (b->dead == NIL || w->opts.on_error == SDP_ON_ERROR_SKIP)
+		return;
+	sdp_catalog_enter(&scope);
+	foreach(lc, b->dead)
+	{
+		DeadLetter *dl = lfirst(lc);
+		rd_kafka_message_t *m = dl->msg;
+		Datum		values[12];
+		char		nulls[12];
+		int64		ts;
+		rd_kafka_timestamp_type_t tstype;
+		bytea	   *payload;
+
+		memset(nulls, ' ', sizeof(nulls));
+		values[0] = CStringGetTextDatum(w->args.name);
+		values[1] = CStringGetTextDatum(w->owner_name);
+		values[2] = CStringGetTextDatum(w->source.topic);
+		values[3] = Int32GetDatum(m->partition);
+		values[4] = Int64GetDatum(m->offset);
+		if (m->key && pg_verify_mbstr(GetDatabaseEncoding(), m->key, (int) m->key_len, true) == (int) m->key_len &&
+			memchr(m->key, '\0', m->key_len) == NULL)
+			values[5] = PointerGetDatum(cstring_to_text_with_len(m->key, (int) m->key_len));
+		else
+			nulls[5] = 'n';
+		ts = rd_kafka_message_timestamp(m, &tstype);
+		if (tstype != RD_KAFKA_TIMESTAMP_NOT_AVAILABLE && ts >= 0)
+			values[6] = TimestampTzGetDatum(ts * 1000 - (int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * USECS_PER_DAY);
+		else
+			nulls[6] = 'n';
+		payload = palloc(VARHDRSZ + m->len);
+		SET_VARSIZE(payload, VARHDRSZ + m->len);
+		if (m->len > 0)
+			memcpy(VARDATA(payload), m->payload, m->len);
+		values[7] = PointerGetDatum(payload);
+		if (m->payload && pg_verify_mbstr(GetDatabaseEncoding(), m->payload, (int) m->len, true) == (int) m->len &&
+			memchr(m->payload, '\0', m->len) == NULL)
+			values[8] = PointerGetDatum(cstring_to_text_with_len(m->payload, (int) m->len));
+		else
+			nulls[8] = 'n';
+		values[9] = CStringGetTextDatum(dl->stage);
+		values[10] = CStringGetTextDatum(dl->error);
+		values[11] = CStringGetTextDatum(unpack_sql_state(dl->sqlstate));
+		if (SPI_execute_plan(w->dead_letter_plan, values, nulls, false, 0) != SPI_OK_INSERT)
+			elog(ERROR, "could not write a dead letter");
+		MemoryContextSwitchTo(cxt);
+	}
+	sdp_catalog_leave(&scope);
+}
+
+/* The next offset of every partition the batch touched, stored with the rows. */
+static void
+write_batch_offsets(FlowWorker *w, Batch *b, int64 *new_next)
+{
+	int32	   *parts = palloc(sizeof(int32) * w->npartitions);
+	int64	   *offs = palloc(sizeof(int64) * w->npartitions);
+	int			n = 0;
+
+	for (int i = 0; i < w->npartitions; i++)
+		new_next[i] = w->next_offset[i];
+	for (int i = 0; i < b->nmsgs; i++)
+	{
+		rd_kafka_message_t *m = b->msgs[i];
+		int			idx = (m->partition <= w->max_partition_id) ? w->partition_index[m->partition] : -1;
+
+		if (idx >= 0 && m->offset + 1 > new_next[idx])
+			new_next[idx] = m->offset + 1;
+	}
+	for (int i = 0; i < w->npartitions; i++)
+		if (new_next[i] != w->next_offset[i])
+		{
+			parts[n] = w->partitions[i];
+			offs[n] = new_next[i];
+			n++;
+		}
+	if (n > 0)
+		store_offsets(w, n, parts, offs);
+}
+
+typedef enum BatchOutcome
+{
+	BATCH_COMMITTED,
+	BATCH_DATA_ERROR,			/* retry isolating the bad messages */
+	BATCH_FAILED				/* on_error = fail met a bad message */
+} BatchOutcome;
+
+/*
+ * One attempt at the batch in one transaction: all rows at once (fast path)
+ * or with bad messages isolated.  Errors that are not data errors propagate.
+ */
+static BatchOutcome
+attempt_batch(FlowWorker *w, Batch *b, bool isolate, int64 *new_next, char **fail_message)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	volatile BatchOutcome outcome = BATCH_COMMITTED;
+	int			ndead_decode = list_length(b->dead);
+
+	b->rows_out = 0;
+	b->rows_written = 0;
+	b->rows_skipped = 0;
+
+	StartTransactionCommand();
+	PG_TRY();
+	{
+		const char *stage;
+
+		SPI_connect();
+		MemoryContextSwitchTo(cxt);		/* the batch's memory, not SPI's */
+		PushActiveSnapshot(GetTransactionSnapshot());
+		if (!isolate)
+			run_rows(w, b, 0, b->nrows, &stage);
+		else if (b->nrows > 0 && !isolate_rows(w, b, 0, b->nrows, fail_message))
+			outcome = BATCH_FAILED;
+		if (outcome == BATCH_COMMITTED)
+		{
+			write_dead_letters(w, b);
+			write_batch_offsets(w, b, new_next);
+		}
+		PopActiveSnapshot();
+		SPI_finish();
+		if (outcome == BATCH_COMMITTED)
+			CommitTransactionCommand();
+		else
+			AbortCurrentTransaction();
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		if (isolate || !is_data_error(edata->sqlerrcode))
+			PG_RE_THROW();
+		FlushErrorState();
+		AbortCurrentTransaction();
+		MemoryContextSwitchTo(cxt);
+		outcome = BATCH_DATA_ERROR;
+	}
+	PG_END_TRY();
+	MemoryContextSwitchTo(cxt);
+
+	/* dead letters found while isolating are dropped with a rolled-back attempt */
+	if (outcome != BATCH_COMMITTED)
+		b->dead = list_truncate(b->dead, ndead_decode);
+	return outcome;
+}
+
+/*
+ * Process one batch to its commit.  Data errors are isolated to messages;
+ * other errors are retried with backoff (the batch is kept in memory), so
+ * the flow waits out a missing table or a full disk instead of losing data.
+ */
+static void
+process_batch(FlowWorker *w, Batch *b)
+{
+	int64	   *new_next = palloc(sizeof(int64) * w->npartitions);
+	char	   *fail_message = NULL;
+	int64		commit_us;
+	int64		decode_dead;
+	volatile BatchOutcome outcome = BATCH_COMMITTED;
+
+	pgstat_report_activity(STATE_RUNNING, "sdp: processing batch");
+	decode_batch(w, b);
+	decode_dead = list_length(b->dead);
+	if (decode_dead > 0 && w->opts.on_error == SDP_ON_ERROR_FAIL)
+	{
+		DeadLetter *dl = linitial(b->dead);
+
+		worker_fail(w, psprintf("decode of partition %d offset %lld: %s", dl->msg->partition,
+								(long long) dl->msg->offset, dl->error));
+	}
+
+	for (;;)
+	{
+		MemoryContext cxt = CurrentMemoryContext;
+
+		PG_TRY();
+		{
+			outcome = attempt_batch(w, b, false, new_next, &fail_message);
+			if (outcome == BATCH_DATA_ERROR)
+				outcome = attempt_batch(w, b, true, new_next, &fail_message);
+		}
+		PG_CATCH();
+		{
+			ErrorData  *edata;
+			char	   *msg;
+
+			MemoryContextSwitchTo(cxt);
+			edata = CopyErrorData();
+			FlushErrorState();
+			AbortCurrentTransaction();
+			MemoryContextSwitchTo(cxt);
+			msg = psprintf("batch of %d messages not written, retrying in %d ms: %s",
+						   b->nmsgs, Max(w->error_backoff_ms, 100), edata->message);
+			ereport(LOG, (errmsg("sdp flow \"%s\": %s", w->args.name, msg)));
+			worker_set_error(w, msg);
+			w->error_backoff_ms = Min(Max(w->error_backoff_ms * 2, 100), 30000);
+			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+							 w->error_backoff_ms, PG_WAIT_EXTENSION);
+			ResetLatch(MyLatch);
+			CHECK_FOR_INTERRUPTS();
+			b->dead = list_truncate(b->dead, decode_dead);
+			continue;
+		}
+		PG_END_TRY();
+		break;
+	}
+	w->error_backoff_ms = 0;
+
+	if (outcome == BATCH_FAILED)
+		worker_fail(w, fail_message);
+	commit_us = unix_now_us();
+
+	/* The batch is durable (as synchronous_commit says): account for it. */
+	memcpy(w->next_offset, new_next, sizeof(int64) * w->npartitions);
+	for (int i = 0; i < b->nmsgs; i++)
+	{
+		int64		ts;
+		rd_kafka_timestamp_type_t tstype;
+
+		ts = rd_kafka_message_timestamp(b->msgs[i], &tstype);
+		if (tstype == RD_KAFKA_TIMESTAMP_NOT_AVAILABLE || ts <= 0)
+			ts = b->read_us / 1000;
+		sdp_metrics_record(&w->metrics,
+						   (commit_us - b->read_us) / 1000.0,
+						   (b->read_us - ts * 1000) / 1000.0,
+						   (commit_us - ts * 1000) / 1000.0);
+	}
+	sdp_metrics_batch(&w->metrics, b->nmsgs, b->rows_written, (commit_us - b->read_us) / 1000.0);
+
+	SpinLockAcquire(&w->slot->mutex);
+	w->slot->messages_read += b->nmsgs;
+	w->slot->rows_written += b->rows_written;
+	w->slot->rows_filtered += Max(0, b->nrows - b->rows_skipped - (list_length(b->dead) - decode_dead) - b->rows_out);
+	if (w->opts.on_error == SDP_ON_ERROR_SKIP)
+		w->slot->rows_skipped += b->rows_skipped + list_length(b->dead);
+	else
+		w->slot->rows_dead_lettered += list_length(b->dead);
+	w->slot->batches++;
+	w->slot->last_commit_at = GetCurrentTimestamp();
+	for (int i = 0; i < w->npartitions && i < SDP_MAX_PARTITIONS; i++)
+		w->slot->partitions[i].committed = w->next_offset[i];
+	SpinLockRelease(&w->slot->mutex);
+	pgstat_report_activity(STATE_IDLE, NULL);
+}
+
+/* Work that is due by the clock: progress reports, watermarks, partitions, broker probes. */
+static void
+periodic_work(FlowWorker *w, TimestampTz now)
+{
+	char		error[SDP_ERROR_LEN];
+	bool		down;
+
+	if (kafka_source_take_error(w->kafka, error, sizeof(error), &down))
+		set_broker_state(w, !down, error);
+	else if (!down)
+		set_broker_state(w, true, NULL);
+
+	if (now >= w->next_watermarks)
+	{
+		SpinLockAcquire(&w->slot->mutex);
+		for (int i = 0; i < w->npartitions && i < SDP_MAX_PARTITIONS; i++)
+			w->slot->partitions[i].high_watermark = kafka_source_cached_high_watermark(w->kafka, w->partitions[i]);
+		SpinLockRelease(&w->slot->mutex);
+		w->next_watermarks = TimestampTzPlusMilliseconds(now, SDP_WATERMARK_REFRESH_MS);
+	}
+
+	if (now >= w->next_progress)
+	{
+		SdpProgress progress;
+
+		sdp_metrics_report(&w->metrics, now, &progress);
+		SpinLockAcquire(&w->slot->mutex);
+		w->slot->progress = progress;
+		SpinLockRelease(&w->slot->mutex);
+		kafka_source_emit_logs(w->kafka);
+		kafka_source_commit_async(w->kafka, w->npartitions, w->partitions, w->next_offset);
+		w->next_progress = TimestampTzPlusMilliseconds(now, w->opts.progress_interval_ms);
+	}
+
+	/* A lost broker is probed with a metadata request, which also finds new partitions. */
+	if ((kafka_source_is_down(w->kafka) && now >= w->next_broker_probe) ||
+		now >= w->next_partition_refresh)
+	{
+		int32	   *partitions;
+		char	   *perror;
+		int			n = kafka_source_list_partitions(w->kafka, &partitions, 1000, &perror);
+
+		if (n > 0)
+		{
+			set_broker_state(w, true, NULL);
+			if (n > w->npartitions)
+				assign_partitions(w, n, partitions);
+		}
+		else
+			set_broker_state(w, false, perror);
+		w->next_broker_probe = TimestampTzPlusMilliseconds(now, SDP_BROKER_PROBE_MS);
+		w->next_partition_refresh = TimestampTzPlusMilliseconds(now, SDP_PARTITION_REFRESH_MS);
+	}
+}
+
+static long
+ms_until(TimestampTz now, TimestampTz when)
+{
+	if (when <= now)
+		return 0;
+	return (long) ((when - now + 999) / 1000);
+}
+
+static void
+worker_loop(FlowWorker *w)
+{
+	TimestampTz now = GetCurrentTimestamp();
+
+	w->next_progress = TimestampTzPlusMilliseconds(now, w->opts.progress_interval_ms);
+	w->next_watermarks = now;
+	w->next_partition_refresh = TimestampTzPlusMilliseconds(now, SDP_PARTITION_REFRESH_MS);
+	w->next_broker_probe = now;
+
+	for (;;)
+	{
+		Batch		batch;
+		int			n;
+
+		CHECK_FOR_INTERRUPTS();
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+		}
+
+		n = kafka_source_poll(w->kafka, w->poll_buf, w->opts.max_batch_rows);
+		if (n > 0 && n < w->opts.max_batch_rows && w->opts.max_batch_wait_ms > 0)
+		{
+			/* linger for more, up to max_batch_wait */
+			TimestampTz until = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), w->opts.max_batch_wait_ms);
+
+			while (n < w->opts.max_batch_rows)
+			{
+				WaitEvent	event;
+				long		left = ms_until(GetCurrentTimestamp(), until);
+
+				if (left <= 0)
+					break;
+				if (WaitEventSetWait(w->wait_set, left, &event, 1, PG_WAIT_EXTENSION) > 0 &&
+					(event.events & WL_LATCH_SET))
+					ResetLatch(MyLatch);
+				CHECK_FOR_INTERRUPTS();
+				n += kafka_source_poll(w->kafka, w->poll_buf + n, w->opts.max_batch_rows - n);
+			}
+		}
+
+		now = GetCurrentTimestamp();
+		if (n > 0)
+		{
+			MemoryContext oldcxt = MemoryContextSwitchTo(w->batch_cxt);
+
+			memset(&batch, 0, sizeof(batch));
+			batch.nmsgs = n;
+			batch.msgs = w->poll_buf;
+			batch.read_us = unix_now_us();
+			process_batch(w, &batch);
+			for (int i = 0; i < n; i++)
+				rd_kafka_message_destroy(w->poll_buf[i]);
+			MemoryContextSwitchTo(oldcxt);
+			MemoryContextReset(w->batch_cxt);
+			now = GetCurrentTimestamp();
+		}
+		periodic_work(w, now);
+
+		if (n == 0)
+		{
+			/* Nothing arrived: sleep until a message, the latch, or the next periodic work. */
+			WaitEvent	event;
+			TimestampTz next = Min(w->next_progress, w->next_watermarks);
+
+			if (kafka_source_is_down(w->kafka))
+				next = Min(next, w->next_broker_probe);
+			next = Min(next, w->next_partition_refresh);
+			if (WaitEventSetWait(w->wait_set, ms_until(now, next), &event, 1, PG_WAIT_EXTENSION) > 0 &&
+				(event.events & WL_LATCH_SET))
+				ResetLatch(MyLatch);
+		}
+	}
+}
