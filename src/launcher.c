@@ -61,6 +61,7 @@ static bool warned_max_flows = false;
 static void launcher_detach_shmem(int code, Datum arg);
 static bool launcher_extension_installed(void);
 static void launcher_reconcile(void);
+static void launcher_stop_all(void);
 
 void
 sdp_register_launcher(void)
@@ -118,6 +119,8 @@ sdp_launcher_main(Datum main_arg)
 
 		if (!launcher_extension_installed())
 		{
+			/* DROP EXTENSION: no flow may run without its catalogs */
+			launcher_stop_all();
 			pgstat_report_activity(STATE_IDLE, "waiting for CREATE EXTENSION sdp_ext");
 			continue;
 		}
@@ -197,6 +200,7 @@ start_worker(int slotno, WantedFlow *f)
 	SdpWorkerArgs args;
 	BackgroundWorkerHandle *handle;
 	TimestampTz now = GetCurrentTimestamp();
+	MemoryContext oldcxt;
 	bool		ok;
 
 	memset(&worker, 0, sizeof(worker));
@@ -218,7 +222,12 @@ start_worker(int slotno, WantedFlow *f)
 	strlcpy(args.name, f->name, NAMEDATALEN);
 	memcpy(worker.bgw_extra, &args, sizeof(args));
 
+	/* the handle outlives this transaction: keep it in TopMemoryContext */
+	oldcxt = MemoryContextSwitchTo(TopMemoryContext);
 	ok = RegisterDynamicBackgroundWorker(&worker, &handle);
+	MemoryContextSwitchTo(oldcxt);
+	if (slot_handles[slotno] != NULL)
+		pfree(slot_handles[slotno]);
 
 	SpinLockAcquire(&slot->mutex);
 	slot->generation++;
@@ -312,6 +321,8 @@ launcher_reconcile(void)
 				SpinLockRelease(&slot->mutex);
 				continue;
 			}
+			if (slot_handles[s] != NULL)
+				pfree(slot_handles[s]);
 			slot_handles[s] = NULL;
 			sdp_slot_free(s);
 			if (f != NULL)
@@ -339,6 +350,8 @@ launcher_reconcile(void)
 			slot->state = SDP_FLOW_RESTARTING;
 			slot->next_start_at = TimestampTzPlusMilliseconds(now, backoff);
 			SpinLockRelease(&slot->mutex);
+			if (slot_handles[s] != NULL)
+				pfree(slot_handles[s]);
 			slot_handles[s] = NULL;
 			ereport(LOG,
 					(errmsg("sdp flow \"%s\" worker exited unexpectedly, restarting in %d ms",
@@ -369,4 +382,37 @@ launcher_reconcile(void)
 	LWLockRelease(SdpShmem->lock);
 
 	CommitTransactionCommand();
+}
+
+/* Stop every worker and free every slot (the extension was dropped). */
+static void
+launcher_stop_all(void)
+{
+	LWLockAcquire(SdpShmem->lock, LW_EXCLUSIVE);
+	for (int s = 0; s < SdpShmem->max_flows; s++)
+	{
+		SdpFlowSlot *slot = &SdpShmem->slots[s];
+		pid_t		pid;
+
+		if (!slot->in_use)
+			continue;
+		SpinLockAcquire(&slot->mutex);
+		pid = slot->pid;
+		SpinLockRelease(&slot->mutex);
+		if (slot_handles[s] != NULL && !worker_gone(s, pid))
+		{
+			TerminateBackgroundWorker(slot_handles[s]);
+			continue;			/* freed once it has gone */
+		}
+		if (pid != 0)
+		{
+			kill(pid, SIGTERM);
+			continue;
+		}
+		if (slot_handles[s] != NULL)
+			pfree(slot_handles[s]);
+		slot_handles[s] = NULL;
+		sdp_slot_free(s);
+	}
+	LWLockRelease(SdpShmem->lock);
 }

@@ -177,11 +177,13 @@ sdp_flow_worker_main(Datum main_arg)
 					PGC_USERSET, PGC_S_SESSION);
 
 	worker_load_flow(w);
-	worker_open_source(w);
 
+	/* Running from here on; a broker that cannot be reached shows as broker_ok = false. */
 	SpinLockAcquire(&w->slot->mutex);
 	w->slot->state = SDP_FLOW_RUNNING;
 	SpinLockRelease(&w->slot->mutex);
+
+	worker_open_source(w);
 	ereport(LOG,
 			(errmsg("sdp flow \"%s\" consuming topic \"%s\" (%d partitions) into %s",
 					w->args.name, w->source.topic, w->npartitions, w->sink.relname)));
@@ -582,7 +584,7 @@ worker_open_source(FlowWorker *w)
 	sdp_metrics_init(&w->metrics, SDP_METRICS_CAPACITY);
 
 	/* Wait for a broker to tell us the partitions; the flow shows the broker as down meanwhile. */
-	while ((n = kafka_source_list_partitions(w->kafka, &partitions, 5000, &error)) <= 0)
+	while ((n = kafka_source_list_partitions(w->kafka, &partitions, 2000, &error)) <= 0)
 	{
 		if (n == 0)
 			error = psprintf("topic \"%s\" has no partitions", w->source.topic);

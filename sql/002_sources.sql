@@ -1,0 +1,55 @@
+-- Declaring Kafka sources: what is accepted, what is refused, and who sees credentials.
+CREATE EXTENSION sdp_ext;
+
+-- Shows the SQLSTATE, message and hint of the error a statement raises.
+CREATE FUNCTION pg_temp.refused(stmt text) RETURNS text LANGUAGE plpgsql AS $$
+DECLARE st text; msg text; hint text;
+BEGIN
+  EXECUTE stmt;
+  RETURN 'accepted';
+EXCEPTION WHEN OTHERS THEN
+  GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, msg = MESSAGE_TEXT, hint = PG_EXCEPTION_HINT;
+  RETURN st || ': ' || msg || CASE WHEN hint <> '' THEN ' | hint: ' || hint ELSE '' END;
+END $$;
+
+SELECT sdp_create_source('flights', '127.0.0.1:9', 'raw-flights',
+                         '{"starting_offsets": "earliest", "client.rack": "r1", "fetch.wait.max.ms": 5}');
+SELECT name, bootstrap_servers, topic, options, owner = current_user AS mine FROM sdp.sources;
+
+SELECT pg_temp.refused($$SELECT sdp_create_source('flights', '127.0.0.1:9', 'other')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_source('', '127.0.0.1:9', 'x')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_source(repeat('n', 64), '127.0.0.1:9', 'x')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_source('s', '', 'x')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_source('s', NULL, 'x')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_source('s', '127.0.0.1:9', 'bad topic!')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_source('s', '127.0.0.1:9', 'x', '{"no.such.property": "1"}')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_source('s', '127.0.0.1:9', 'x', '{"fetch.wait.max.ms": "soon"}')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_source('s', '127.0.0.1:9', 'x', '{"enable.auto.commit": "true"}')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_source('s', '127.0.0.1:9', 'x', '{"starting_offsets": "middle"}')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_source('s', '127.0.0.1:9', 'x', '[1, 2]')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_source('s', '127.0.0.1:9', 'x', '{"client.id": {"nested": 1}}')$$);
+SELECT count(*) AS sources FROM sdp.sources;
+
+-- Credentials: only superusers read sdp.sources; sdp.source_list masks secrets
+-- and shows each role its own sources.
+SELECT sdp_create_source('secured', 'broker:9093', 'payments',
+  '{"security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN", "sasl.username": "app", "sasl.password": "s3cr3t"}');
+CREATE ROLE sdp_reader LOGIN;
+GRANT sdp_reader TO CURRENT_USER;
+SET ROLE sdp_reader;
+SELECT pg_temp.refused($$SELECT options FROM sdp.sources$$);
+SELECT count(*) AS visible_to_other_role FROM sdp.source_list;
+SELECT sdp_create_source('own', 'broker:9093', 'mine', '{"sasl.password": "p4ss", "sasl.username": "me"}');
+SELECT name, options FROM sdp.source_list;
+SELECT pg_temp.refused($$SELECT sdp_drop_source('flights')$$);
+RESET ROLE;
+SELECT name, options->>'sasl.password' AS shown_password FROM sdp.source_list ORDER BY name;
+
+-- Dropping
+SELECT sdp_drop_source('own');
+SELECT sdp_drop_source('secured');
+SELECT pg_temp.refused($$SELECT sdp_drop_source('nope')$$);
+SELECT name FROM sdp.sources ORDER BY name;
+
+DROP EXTENSION sdp_ext;
+DROP ROLE sdp_reader;

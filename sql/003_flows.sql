@@ -1,0 +1,171 @@
+-- Declaring flows: every declaration that cannot work is refused with a
+-- specific error and creates nothing; a good one is stored and started.
+CREATE EXTENSION sdp_ext;
+
+CREATE FUNCTION pg_temp.refused(stmt text) RETURNS text LANGUAGE plpgsql AS $$
+DECLARE st text; msg text; hint text;
+BEGIN
+  EXECUTE stmt;
+  RETURN 'accepted';
+EXCEPTION WHEN OTHERS THEN
+  GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, msg = MESSAGE_TEXT, hint = PG_EXCEPTION_HINT;
+  RETURN st || ': ' || msg || CASE WHEN hint <> '' THEN ' | hint: ' || hint ELSE '' END;
+END $$;
+
+-- No broker listens on port 9: flows declared here start, and wait for it.
+SELECT sdp_create_source('flights', '127.0.0.1:9', 'raw-flights');
+
+CREATE TABLE positions (
+  icao24 text PRIMARY KEY,
+  lat float8,
+  lon float8,
+  baro_alt float8,
+  flight_phase text,
+  poller_ts timestamptz
+);
+CREATE TABLE events (seq bigint, icao24 text, kafka_partition int, kafka_offset bigint);
+CREATE TABLE zones (zone text PRIMARY KEY, min_lat float8, max_lat float8);
+
+-- unknown source
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'nope', 'positions', 'icao24 text')$$);
+-- schemas that do not parse or cannot be decoded
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text,, lat')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text); DROP TABLE positions; --')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 no_such_type')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text NOT NULL')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'tags text[]')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text, icao24 text')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text, kafka_offset bigint')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', '')$$);
+-- transforms that do not parse, are not a read-only SELECT, or do not fit the target
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text', 'SELEC icao24 FROM input')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text', 'SELECT icao24, altitude FROM input')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text', 'DELETE FROM positions')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text', 'WITH d AS (DELETE FROM positions RETURNING icao24) SELECT icao24 FROM d')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text', 'SELECT icao24, 1 AS speed FROM input')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text, lat float8', 'SELECT icao24, point(lat, lat) AS lat FROM input')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text, lat text')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text, speed float8')$$);
+-- upsert needs a primary key, produced by the transform
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'events', 'seq bigint', options => '{"mode": "upsert"}')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text, lat float8', 'SELECT lat FROM input')$$);
+-- the target must be a table
+CREATE VIEW positions_view AS SELECT * FROM positions;
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions_view', 'icao24 text')$$);
+-- options
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text', options => '{"mode": "merge"}')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text', options => '{"on_error": "ignore"}')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text', options => '{"colour": "blue"}')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text', options => '{"workers": 2}')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text', options => '{"checkpoint_interval": "soonish"}')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text', options => '{"max_batch_rows": 0}')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text', options => '{"synchronous_commit": "sometimes"}')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text', operator => 'no_such_operator')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_flow(NULL, 'flights', 'positions', 'icao24 text')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', NULL, 'icao24 text')$$);
+-- nothing was created by any of the refusals
+SELECT count(*) AS flows FROM sdp.flows;
+
+-- privileges: the flow runs as its owner, so the owner needs them now
+CREATE ROLE sdp_app LOGIN;
+CREATE ROLE sdp_nologin NOLOGIN;
+GRANT sdp_app, sdp_nologin TO CURRENT_USER;
+SET ROLE sdp_app;
+SELECT sdp_create_source('app_flights', '127.0.0.1:9', 'raw-flights');
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'app_flights', 'positions', 'icao24 text')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text')$$);
+RESET ROLE;
+GRANT INSERT ON positions TO sdp_app;
+SET ROLE sdp_app;
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'app_flights', 'positions', 'icao24 text')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'app_flights', 'positions', 'icao24 text', options => '{"mode": "append"}')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f2', 'app_flights', 'positions', 'icao24 text, lat float8',
+    'SELECT i.icao24, i.lat FROM input i JOIN zones z ON i.lat BETWEEN z.min_lat AND z.max_lat', options => '{"mode": "append"}')$$);
+SELECT pg_temp.refused($$SELECT sdp_stop_flow('f')$$);
+RESET ROLE;
+SET ROLE sdp_nologin;
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f3', 'flights', 'positions', 'icao24 text')$$);
+RESET ROLE;
+-- another role cannot stop, start or drop it
+CREATE ROLE sdp_other LOGIN;
+GRANT sdp_other TO CURRENT_USER;
+SET ROLE sdp_other;
+SELECT pg_temp.refused($$SELECT sdp_stop_flow('f')$$);
+SELECT pg_temp.refused($$SELECT sdp_drop_flow('f')$$);
+RESET ROLE;
+SELECT name, owner, target, options FROM sdp.flows ORDER BY name;
+SELECT sdp_drop_flow('f');
+
+-- a complete declaration: stored with the resolved mode, and started
+SELECT sdp_create_flow('positions_flow', 'flights', 'positions',
+  schema    => 'icao24 text, lat float8, lon float8, baro_alt float8, vert_rate float8, poller_ts timestamptz',
+  transform => $$SELECT icao24, lat, lon, baro_alt,
+                        CASE WHEN vert_rate > 500 THEN 'climbing'
+                             WHEN vert_rate < -500 THEN 'descending'
+                             WHEN baro_alt > 30000 THEN 'cruise'
+                             ELSE 'en_route' END AS flight_phase,
+                        poller_ts
+                   FROM input WHERE lat IS NOT NULL AND icao24 IS NOT NULL$$);
+SELECT sdp_create_flow('events_flow', 'flights', 'events', 'seq bigint, icao24 text',
+  options => '{"on_error": "skip", "max_batch_rows": 500, "max_batch_wait": "2 ms", "synchronous_commit": "on"}');
+SELECT pg_temp.refused($$SELECT sdp_create_flow('events_flow', 'flights', 'events', 'seq bigint')$$);
+SELECT name, source, target, operator, options, enabled, failed_at FROM sdp.flows ORDER BY name;
+SELECT flow, source, topic, target, state IN ('starting', 'running') AS started FROM sdp_flow_status();
+
+-- the launcher starts a worker per flow, named after it
+DO $$
+BEGIN
+  FOR i IN 1..300 LOOP
+    PERFORM 1 FROM pg_stat_activity WHERE backend_type = 'sdp flow' HAVING count(*) = 2;
+    EXIT WHEN FOUND;
+    PERFORM pg_sleep(0.1);
+  END LOOP;
+END $$;
+SELECT application_name, usename FROM pg_stat_activity WHERE backend_type = 'sdp flow' ORDER BY 1;
+
+-- stop: the worker goes away, and the flow stays stopped
+SELECT sdp_stop_flow('events_flow');
+DO $$
+BEGIN
+  FOR i IN 1..300 LOOP
+    PERFORM 1 FROM sdp.flow_status WHERE flow = 'events_flow' AND state = 'stopped';
+    EXIT WHEN FOUND;
+    PERFORM pg_sleep(0.1);
+  END LOOP;
+END $$;
+SELECT flow, state, pid IS NOT NULL AS has_worker FROM sdp.flow_status ORDER BY flow;
+SELECT sdp_start_flow('events_flow');
+SELECT enabled FROM sdp.flows WHERE name = 'events_flow';
+SELECT sdp_flow_progress('events_flow') IS NULL AS no_report_yet;
+SELECT sdp_flow_progress('no_such_flow') IS NULL AS unknown_is_null;
+
+-- a source in use cannot be dropped
+SELECT pg_temp.refused($$SELECT sdp_drop_source('flights')$$);
+SELECT pg_temp.refused($$SELECT sdp_drop_flow('no_such_flow')$$);
+SELECT sdp_drop_flow('positions_flow');
+SELECT sdp_drop_flow('events_flow');
+SELECT sdp_drop_source('flights');
+SELECT sdp_drop_source('app_flights');
+-- the workers go away
+DO $$
+BEGIN
+  FOR i IN 1..300 LOOP
+    PERFORM 1 FROM pg_stat_activity WHERE backend_type = 'sdp flow';
+    EXIT WHEN NOT FOUND;
+    PERFORM pg_sleep(0.1);
+  END LOOP;
+END $$;
+SELECT count(*) AS flow_workers FROM pg_stat_activity WHERE backend_type = 'sdp flow';
+SELECT count(*) AS offsets_left FROM sdp.offsets;
+
+-- flows live in sdp.database only
+CREATE DATABASE sdp_elsewhere;
+\c sdp_elsewhere
+CREATE EXTENSION sdp_ext;
+SELECT sdp_create_source('x', '127.0.0.1:9', 'x');
+\c contrib_regression
+DROP DATABASE sdp_elsewhere;
+
+DROP EXTENSION sdp_ext;
+DROP TABLE positions, events, zones CASCADE;
+DROP ROLE sdp_app, sdp_nologin, sdp_other;
