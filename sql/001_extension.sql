@@ -38,6 +38,7 @@ SET sdp.no_such_setting = 1;      -- the prefix is reserved: refused
 DO $$
 BEGIN
   FOR i IN 1..300 LOOP
+    PERFORM pg_stat_clear_snapshot();  -- pg_stat_activity is read once per transaction otherwise
     PERFORM 1 FROM pg_stat_activity
       WHERE backend_type = 'sdp launcher' AND datname = current_database();
     EXIT WHEN FOUND;

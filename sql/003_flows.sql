@@ -116,7 +116,10 @@ SELECT flow, source, topic, target, state IN ('starting', 'running') AS started 
 DO $$
 BEGIN
   FOR i IN 1..300 LOOP
-    PERFORM 1 FROM pg_stat_activity WHERE backend_type = 'sdp flow' HAVING count(*) = 2;
+    PERFORM pg_stat_clear_snapshot();  -- pg_stat_activity is read once per transaction otherwise
+    PERFORM 1 FROM pg_stat_activity WHERE backend_type = 'sdp flow'
+     HAVING array_agg(application_name ORDER BY application_name)
+            = ARRAY['sdp flow events_flow', 'sdp flow positions_flow'];
     EXIT WHEN FOUND;
     PERFORM pg_sleep(0.1);
   END LOOP;
@@ -150,6 +153,7 @@ SELECT sdp_drop_source('app_flights');
 DO $$
 BEGIN
   FOR i IN 1..300 LOOP
+    PERFORM pg_stat_clear_snapshot();  -- pg_stat_activity is read once per transaction otherwise
     PERFORM 1 FROM pg_stat_activity WHERE backend_type = 'sdp flow';
     EXIT WHEN NOT FOUND;
     PERFORM pg_sleep(0.1);

@@ -1,0 +1,1207 @@
+/*
+ * flight_sim.c
+ *      Flight position simulator: a Kafka producer for the raw-flights topic
+ *      of the reference enrich and zone congestion flows.
+ *
+ *   flight_sim --bootstrap ADDR --topic T [--aircraft N] [--rate EPS]
+ *              [--count N | --duration SECONDS] [--seed S]
+ *              [--malformed SHARE] [--malformed-kinds LIST] [--emergency SHARE]
+ *              [--time-scale X] [--seq-start N] [--linger-ms MS]
+ *              [--message-timeout-ms MS] [-X PROP=VALUE]... [--quiet]
+ *
+ * N aircraft fly great-circle routes between real airports (airports.h):
+ * climb, cruise, descend on a 3 NM per 1000 ft profile, land, turn around and
+ * leave for a new destination.  They report in round robin, one Kafka message
+ * per position report, keyed by icao24, as a JSON object:
+ *
+ *   {"seq":0,"icao24":"4ca2b1","callsign":"BAW123","lat":51.47012,
+ *    "lon":-0.45533,"baro_alt":35000,"vert_rate":0,"squawk":"4613",
+ *    "velocity":452.0,"heading":287.4,"poller_ts":"2026-11-29T08:26:45.123Z"}
+ *
+ * seq is --seq-start plus the message's index in this run, so a consumer can
+ * prove it saw every message exactly once; it comes first so that even a
+ * truncated message keeps it.  poller_ts is the simulated observation time:
+ * the start time plus the elapsed wall-clock time times --time-scale.  Aircraft
+ * advance by the simulated time since their previous report.
+ *
+ * Everything random is drawn from --seed: the fleet (icao24, callsign,
+ * squawk, routes, starting points) from per-aircraft streams, and the choice
+ * of emergency squawks and malformed messages from a hash of the message
+ * index, so the same seed gives the same fleet and the same message kinds
+ * however fast the run goes.  Message i is malformed iff
+ * floor((i+1)*share) > floor(i*share), so N messages hold exactly
+ * floor(N*share) malformed ones, of the kinds in --malformed-kinds in turn.
+ *
+ * Pacing follows a schedule (message i is due at start + i/rate, by
+ * CLOCK_MONOTONIC), not one-second bursts.  Delivery reports count what the
+ * broker acknowledged, per partition.  At the end a human summary goes to
+ * stderr and exactly one JSON line to stdout:
+ *
+ *   {"sent":N,"delivered":N,"failed":N,"malformed":M,
+ *    "partitions":{"0":n0,...},"seconds":S,"rate":R}
+ *
+ * The exit status is 0 only if every message sent was delivered.  SIGINT and
+ * SIGTERM stop the run early but still flush and print the summary.
+ */
+#define _GNU_SOURCE
+
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <librdkafka/rdkafka.h>
+
+#include "airports.h"
+
+#define EARTH_RADIUS_NM		3440.065
+#define DEG2RAD(d)			((d) * M_PI / 180.0)
+#define RAD2DEG(r)			((r) * 180.0 / M_PI)
+
+#define FEET_PER_NM_DESCENT (1000.0 / 3.0)	/* 3 NM per 1000 ft to lose */
+#define MIN_ROUTE_NM		150.0
+#define MAX_ROUTE_NM		5000.0
+#define AVG_CLIMB_KT		230.0	/* mean ground speed while climbing */
+#define APPROACH_FT			3000.0	/* below this, final approach speeds */
+#define MAX_SIM_STEP_S		10.0	/* integrate long gaps in steps */
+#define MAX_MESSAGE_LEN		512
+#define MAX_PARTITIONS		100000
+#define MAX_PROPERTIES		64
+
+/* ---------------------------------------------------------------------
+ * Options
+ * --------------------------------------------------------------------- */
+
+typedef enum MalformedKind
+{
+	MALFORMED_NONE = 0,
+	MALFORMED_TRUNCATED,		/* JSON cut in the middle: does not parse */
+	MALFORMED_TYPE,				/* "lat":"north" or "baro_alt":"high" */
+	MALFORMED_MISSING			/* no "lat", or no "icao24" */
+} MalformedKind;
+
+#define MAX_MALFORMED_KINDS 16
+
+typedef struct SimOptions
+{
+	const char *bootstrap;
+	const char *topic;
+	int			aircraft;
+	double		rate;			/* events per second, 0 = unpaced */
+	int64_t		count;			/* messages to send, or -1 with duration */
+	double		duration;		/* seconds, or -1 with count */
+	uint64_t	seed;
+	double		malformed_share;
+	MalformedKind malformed_kinds[MAX_MALFORMED_KINDS];
+	int			n_malformed_kinds;
+	double		emergency_share;
+	double		time_scale;
+	int64_t		seq_start;
+	int			linger_ms;
+	int			message_timeout_ms;
+	const char *properties[MAX_PROPERTIES];	/* "name=value" for librdkafka */
+	int			n_properties;
+	bool		quiet;
+} SimOptions;
+
+static SimOptions opts;
+
+static volatile sig_atomic_t stop_requested = 0;
+
+static void
+handle_stop_signal(int signo)
+{
+	stop_requested = 1;
+}
+
+static void fatal(const char *fmt,...)
+			__attribute__((format(printf, 1, 2), noreturn));
+
+static void
+fatal(const char *fmt,...)
+{
+	va_list		ap;
+
+	va_start(ap, fmt);
+	fprintf(stderr, "flight_sim: ");
+	vfprintf(stderr, fmt, ap);
+	fputc('\n', stderr);
+	va_end(ap);
+	exit(2);
+}
+
+static void
+usage(FILE *out)
+{
+	fprintf(out,
+			"Usage: flight_sim --bootstrap ADDR --topic TOPIC [OPTION]...\n"
+			"Produce simulated aircraft positions (JSON, key = icao24) to Kafka.\n\n"
+			"  --aircraft N              fleet size (default 200)\n"
+			"  --rate EPS                events per second, 0 = unpaced (default 1000)\n"
+			"  --count N                 send exactly N messages (default 10000)\n"
+			"  --duration SECONDS        send for this long instead of --count\n"
+			"  --seed S                  random seed (default 42)\n"
+			"  --malformed SHARE         share of malformed messages, 0..1 (default 0)\n"
+			"  --malformed-kinds LIST    of truncated,type,missing (default all three)\n"
+			"  --emergency SHARE         share of emergency squawks (default 0.01)\n"
+			"  --time-scale X            simulated seconds per wall second (default 1)\n"
+			"  --seq-start N             seq of the first message (default 0)\n"
+			"  --linger-ms MS            producer linger.ms (default 0)\n"
+			"  --message-timeout-ms MS   producer message.timeout.ms (default 30000)\n"
+			"  -X, --property PROP=VAL   any other librdkafka property (repeatable)\n"
+			"  --quiet                   no librdkafka logs, no summary on stderr\n");
+}
+
+static double
+parse_double_arg(const char *name, const char *s, double min, double max)
+{
+	char	   *end;
+	double		v;
+
+	errno = 0;
+	v = strtod(s, &end);
+	if (errno != 0 || end == s || *end != '\0' || !(v >= min && v <= max))
+		fatal("invalid value for --%s: \"%s\" (must be between %g and %g)",
+			  name, s, min, max);
+	return v;
+}
+
+static int64_t
+parse_int_arg(const char *name, const char *s, int64_t min, int64_t max)
+{
+	char	   *end;
+	long long	v;
+
+	errno = 0;
+	v = strtoll(s, &end, 10);
+	if (errno != 0 || end == s || *end != '\0' || v < min || v > max)
+		fatal("invalid value for --%s: \"%s\" (must be an integer between %"
+			  PRId64 " and %" PRId64 ")", name, s, min, max);
+	return (int64_t) v;
+}
+
+static void
+parse_malformed_kinds(const char *list)
+{
+	char	   *copy = strdup(list);
+	char	   *save = NULL;
+
+	opts.n_malformed_kinds = 0;
+	for (char *w = strtok_r(copy, ",", &save); w != NULL;
+		 w = strtok_r(NULL, ",", &save))
+	{
+		MalformedKind kind;
+
+		if (strcmp(w, "truncated") == 0)
+			kind = MALFORMED_TRUNCATED;
+		else if (strcmp(w, "type") == 0)
+			kind = MALFORMED_TYPE;
+		else if (strcmp(w, "missing") == 0)
+			kind = MALFORMED_MISSING;
+		else
+			fatal("unknown malformed kind \"%s\" (use truncated, type, missing)", w);
+		if (opts.n_malformed_kinds == MAX_MALFORMED_KINDS)
+			fatal("too many malformed kinds");
+		opts.malformed_kinds[opts.n_malformed_kinds++] = kind;
+	}
+	if (opts.n_malformed_kinds == 0)
+		fatal("--malformed-kinds is empty");
+	free(copy);
+}
+
+static void
+parse_options(int argc, char **argv)
+{
+	enum
+	{
+		OPT_BOOTSTRAP = 256, OPT_TOPIC, OPT_AIRCRAFT, OPT_RATE, OPT_COUNT,
+		OPT_DURATION, OPT_SEED, OPT_MALFORMED, OPT_MALFORMED_KINDS,
+		OPT_EMERGENCY, OPT_TIME_SCALE, OPT_SEQ_START, OPT_LINGER_MS,
+		OPT_MESSAGE_TIMEOUT_MS, OPT_QUIET, OPT_HELP
+	};
+	static const struct option long_options[] = {
+		{"bootstrap", required_argument, NULL, OPT_BOOTSTRAP},
+		{"topic", required_argument, NULL, OPT_TOPIC},
+		{"aircraft", required_argument, NULL, OPT_AIRCRAFT},
+		{"rate", required_argument, NULL, OPT_RATE},
+		{"count", required_argument, NULL, OPT_COUNT},
+		{"duration", required_argument, NULL, OPT_DURATION},
+		{"seed", required_argument, NULL, OPT_SEED},
+		{"malformed", required_argument, NULL, OPT_MALFORMED},
+		{"malformed-kinds", required_argument, NULL, OPT_MALFORMED_KINDS},
+		{"emergency", required_argument, NULL, OPT_EMERGENCY},
+		{"time-scale", required_argument, NULL, OPT_TIME_SCALE},
+		{"seq-start", required_argument, NULL, OPT_SEQ_START},
+		{"linger-ms", required_argument, NULL, OPT_LINGER_MS},
+		{"message-timeout-ms", required_argument, NULL, OPT_MESSAGE_TIMEOUT_MS},
+		{"property", required_argument, NULL, 'X'},
+		{"quiet", no_argument, NULL, OPT_QUIET},
+		{"help", no_argument, NULL, OPT_HELP},
+		{NULL, 0, NULL, 0}
+	};
+	int			c;
+	bool		have_count = false,
+				have_duration = false;
+
+	opts.aircraft = 200;
+	opts.rate = 1000;
+	opts.count = 10000;
+	opts.duration = -1;
+	opts.seed = 42;
+	opts.emergency_share = 0.01;
+	opts.time_scale = 1;
+	opts.message_timeout_ms = 30000;
+	parse_malformed_kinds("truncated,type,missing");
+
+	while ((c = getopt_long(argc, argv, "X:h", long_options, NULL)) != -1)
+	{
+		switch (c)
+		{
+			case OPT_BOOTSTRAP:
+				opts.bootstrap = optarg;
+				break;
+			case OPT_TOPIC:
+				opts.topic = optarg;
+				break;
+			case OPT_AIRCRAFT:
+				opts.aircraft = (int) parse_int_arg("aircraft", optarg, 1, 1000000);
+				break;
+			case OPT_RATE:
+				opts.rate = parse_double_arg("rate", optarg, 0, 1e9);
+				break;
+			case OPT_COUNT:
+				opts.count = parse_int_arg("count", optarg, 0, INT64_MAX / 2);
+				have_count = true;
+				break;
+			case OPT_DURATION:
+				opts.duration = parse_double_arg("duration", optarg, 0, 1e9);
+				have_duration = true;
+				break;
+			case OPT_SEED:
+				opts.seed = (uint64_t) parse_int_arg("seed", optarg, 0, INT64_MAX);
+				break;
+			case OPT_MALFORMED:
+				opts.malformed_share = parse_double_arg("malformed", optarg, 0, 1);
+				break;
+			case OPT_MALFORMED_KINDS:
+				parse_malformed_kinds(optarg);
+				break;
+			case OPT_EMERGENCY:
+				opts.emergency_share = parse_double_arg("emergency", optarg, 0, 1);
+				break;
+			case OPT_TIME_SCALE:
+				opts.time_scale = parse_double_arg("time-scale", optarg, 0, 1e6);
+				break;
+			case OPT_SEQ_START:
+				opts.seq_start = parse_int_arg("seq-start", optarg, 0, INT64_MAX / 2);
+				break;
+			case OPT_LINGER_MS:
+				opts.linger_ms = (int) parse_int_arg("linger-ms", optarg, 0, 900000);
+				break;
+			case OPT_MESSAGE_TIMEOUT_MS:
+				opts.message_timeout_ms =
+					(int) parse_int_arg("message-timeout-ms", optarg, 1, 2147483647);
+				break;
+			case 'X':
+				if (strchr(optarg, '=') == NULL)
+					fatal("-X expects PROPERTY=VALUE, not \"%s\"", optarg);
+				if (opts.n_properties == MAX_PROPERTIES)
+					fatal("too many -X properties");
+				opts.properties[opts.n_properties++] = optarg;
+				break;
+			case OPT_QUIET:
+				opts.quiet = true;
+				break;
+			case 'h':
+			case OPT_HELP:
+				usage(stdout);
+				exit(0);
+			default:
+				usage(stderr);
+				exit(2);
+		}
+	}
+	if (optind < argc)
+		fatal("unexpected argument \"%s\"", argv[optind]);
+	if (opts.bootstrap == NULL || opts.topic == NULL)
+	{
+		usage(stderr);
+		exit(2);
+	}
+	if (have_count && have_duration)
+		fatal("use --count or --duration, not both");
+	if (have_duration)
+		opts.count = -1;
+}
+
+/* ---------------------------------------------------------------------
+ * Random numbers: splitmix64 streams, and hashes of a message index
+ * --------------------------------------------------------------------- */
+
+static uint64_t
+splitmix64_next(uint64_t *state)
+{
+	uint64_t	z = (*state += UINT64_C(0x9E3779B97F4A7C15));
+
+	z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
+	z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
+	return z ^ (z >> 31);
+}
+
+/* Uniform in [0, 1). */
+static double
+rng_uniform(uint64_t *state)
+{
+	return (splitmix64_next(state) >> 11) * 0x1.0p-53;
+}
+
+/* Uniform in [lo, hi]. */
+static double
+rng_range(uint64_t *state, double lo, double hi)
+{
+	return lo + (hi - lo) * rng_uniform(state);
+}
+
+/* Uniform integer in [0, n). */
+static int
+rng_int(uint64_t *state, int n)
+{
+	return (int) (rng_uniform(state) * n);
+}
+
+/*
+ * A value in [0, 1) that depends only on the seed, a purpose and a message
+ * index, so per-message choices do not depend on timing.
+ */
+static double
+message_uniform(uint64_t purpose, int64_t index)
+{
+	uint64_t	state = opts.seed * UINT64_C(0x2545F4914F6CDD1D) ^
+		(purpose << 56) ^ (uint64_t) index;
+
+	return rng_uniform(&state);
+}
+
+/* ---------------------------------------------------------------------
+ * Great-circle geometry (degrees and nautical miles at the interface)
+ * --------------------------------------------------------------------- */
+
+static double
+gc_distance_nm(double lat1, double lon1, double lat2, double lon2)
+{
+	double		p1 = DEG2RAD(lat1),
+				p2 = DEG2RAD(lat2);
+	double		dp = p2 - p1,
+				dl = DEG2RAD(lon2 - lon1);
+	double		a = sin(dp / 2) * sin(dp / 2) +
+		cos(p1) * cos(p2) * sin(dl / 2) * sin(dl / 2);
+
+	a = fmin(1.0, fmax(0.0, a));	/* rounding must not make a NaN */
+	return 2 * EARTH_RADIUS_NM * atan2(sqrt(a), sqrt(1 - a));
+}
+
+static double
+normalize_degrees(double deg)
+{
+	deg = fmod(deg, 360.0);
+	if (deg < 0)
+		deg += 360.0;
+	return deg;
+}
+
+/* Initial great-circle course from point 1 to point 2, in [0, 360). */
+static double
+gc_course_deg(double lat1, double lon1, double lat2, double lon2)
+{
+	double		p1 = DEG2RAD(lat1),
+				p2 = DEG2RAD(lat2),
+				dl = DEG2RAD(lon2 - lon1);
+	double		y = sin(dl) * cos(p2);
+	double		x = cos(p1) * sin(p2) - sin(p1) * cos(p2) * cos(dl);
+
+	return normalize_degrees(RAD2DEG(atan2(y, x)));
+}
+
+/* The point dist_nm along the great circle leaving (lat, lon) on course. */
+static void
+gc_advance(double lat, double lon, double course_deg, double dist_nm,
+		   double *lat_out, double *lon_out)
+{
+	double		p1 = DEG2RAD(lat),
+				l1 = DEG2RAD(lon),
+				th = DEG2RAD(course_deg),
+				d = dist_nm / EARTH_RADIUS_NM;
+	double		p2 = asin(fmin(1.0, fmax(-1.0, sin(p1) * cos(d) +
+										 cos(p1) * sin(d) * cos(th))));
+	double		l2 = l1 + atan2(sin(th) * sin(d) * cos(p1),
+								cos(d) - sin(p1) * sin(p2));
+
+	*lat_out = RAD2DEG(p2);
+	*lon_out = normalize_degrees(RAD2DEG(l2) + 180.0) - 180.0;
+}
+
+/* The point at fraction f of the great circle from point 1 to point 2. */
+static void
+gc_interpolate(double lat1, double lon1, double lat2, double lon2, double f,
+			   double *lat_out, double *lon_out)
+{
+	double		dist = gc_distance_nm(lat1, lon1, lat2, lon2);
+
+	gc_advance(lat1, lon1, gc_course_deg(lat1, lon1, lat2, lon2), dist * f,
+			   lat_out, lon_out);
+}
+
+/* ---------------------------------------------------------------------
+ * The fleet
+ * --------------------------------------------------------------------- */
+
+typedef enum FlightPhase
+{
+	PHASE_GROUND,				/* turnaround at origin */
+	PHASE_CLIMB,
+	PHASE_CRUISE,
+	PHASE_DESCENT
+} FlightPhase;
+
+typedef struct Aircraft
+{
+	char		icao24[7];
+	char		callsign[9];
+	char		squawk[5];		/* stable, never an emergency code */
+	uint64_t	rng;			/* this aircraft's own random stream */
+
+	/* current leg */
+	int			origin;
+	int			dest;
+	double		cruise_alt;		/* ft */
+	double		cruise_speed;	/* kt */
+	double		climb_rate;		/* ft/min */
+
+	/* state */
+	FlightPhase phase;
+	double		lat;
+	double		lon;
+	double		alt;			/* ft */
+	double		vert_rate;		/* ft/min */
+	double		speed;			/* kt, ground speed */
+	double		heading;		/* deg */
+	double		ground_left;	/* s of turnaround left */
+	double		last_report;	/* simulated s since the run's start */
+} Aircraft;
+
+static Aircraft *fleet;
+
+/* Choose a destination at a sensible distance from the origin. */
+static int
+choose_destination(Aircraft *a, int origin)
+{
+	for (int attempt = 0; attempt < 100; attempt++)
+	{
+		int			d = rng_int(&a->rng, N_AIRPORTS);
+		double		dist;
+
+		if (d == origin)
+			continue;
+		dist = gc_distance_nm(airports[origin].lat, airports[origin].lon,
+							  airports[d].lat, airports[d].lon);
+		if (dist >= MIN_ROUTE_NM && dist <= MAX_ROUTE_NM)
+			return d;
+	}
+	return (origin + 1) % N_AIRPORTS;
+}
+
+/*
+ * Plan a leg from origin: destination, climb rate, cruise speed and level.
+ * The level is FL300-FL410, capped for short hops at what the route allows
+ * with the climb and a 3 NM per 1000 ft descent (about FL270 for the
+ * shortest routes, as real short hops do).
+ */
+static void
+plan_leg(Aircraft *a, int origin)
+{
+	double		dist,
+				max_alt;
+
+	a->origin = origin;
+	a->dest = choose_destination(a, origin);
+	a->climb_rate = rng_range(&a->rng, 1500, 3000);
+	a->cruise_speed = rng_range(&a->rng, 420, 490);
+	a->cruise_alt = 1000.0 * (30 + rng_int(&a->rng, 12));
+
+	dist = gc_distance_nm(airports[origin].lat, airports[origin].lon,
+						  airports[a->dest].lat, airports[a->dest].lon);
+	max_alt = dist / (AVG_CLIMB_KT / (a->climb_rate * 60.0) +
+					  1.0 / FEET_PER_NM_DESCENT);
+	max_alt = floor(max_alt / 1000.0) * 1000.0;
+	if (a->cruise_alt > max_alt)
+		a->cruise_alt = max_alt;
+}
+
+/* Climb speed grows from 160 kt at the runway to 300 kt at the cruise level. */
+static double
+climb_speed(const Aircraft *a)
+{
+	return 160.0 + 140.0 * fmin(1.0, a->alt / a->cruise_alt);
+}
+
+/*
+ * Descent speed falls from the cruise speed (at most 450 kt) to 270 kt at
+ * 3000 ft, then to 160 kt at the runway.  Following the 3 NM per 1000 ft
+ * path, the vertical rate is speed * 1000/3 ft per NM, i.e. -1500..-2500
+ * ft/min above 3000 ft.
+ */
+static double
+descent_speed(const Aircraft *a)
+{
+	double		top = fmin(a->cruise_speed, 450.0);
+
+	if (a->alt <= APPROACH_FT)
+		return 160.0 + 110.0 * a->alt / APPROACH_FT;
+	return 270.0 + (top - 270.0) *
+		fmin(1.0, (a->alt - APPROACH_FT) / (a->cruise_alt - APPROACH_FT));
+}
+
+static void
+start_turnaround(Aircraft *a, double seconds)
+{
+	a->phase = PHASE_GROUND;
+	a->lat = airports[a->origin].lat;
+	a->lon = airports[a->origin].lon;
+	a->alt = 0;
+	a->vert_rate = 0;
+	a->speed = 0;
+	a->ground_left = seconds;
+}
+
+/*
+ * Put a new aircraft somewhere on a random route, with a state consistent
+ * with that point: on the climb profile near the origin, the descent
+ * profile near the destination, cruising in between; a few are on the ground.
+ */
+static void
+place_aircraft(Aircraft *a)
+{
+	const Airport *o,
+			   *d;
+	double		f,
+				dist,
+				flown,
+				to_go,
+				climb_alt,
+				descent_alt;
+
+	plan_leg(a, rng_int(&a->rng, N_AIRPORTS));
+	if (rng_uniform(&a->rng) < 0.05)
+	{
+		start_turnaround(a, rng_range(&a->rng, 0, 30 * 60));
+		a->heading = rng_range(&a->rng, 0, 359.9);
+		return;
+	}
+
+	o = &airports[a->origin];
+	d = &airports[a->dest];
+	f = rng_range(&a->rng, 0.01, 0.99);
+	dist = gc_distance_nm(o->lat, o->lon, d->lat, d->lon);
+	flown = f * dist;
+	to_go = dist - flown;
+	gc_interpolate(o->lat, o->lon, d->lat, d->lon, f, &a->lat, &a->lon);
+
+	climb_alt = flown / AVG_CLIMB_KT * 60.0 * a->climb_rate;
+	descent_alt = to_go * FEET_PER_NM_DESCENT;
+	if (descent_alt < a->cruise_alt && descent_alt <= climb_alt)
+	{
+		a->phase = PHASE_DESCENT;
+		a->alt = descent_alt;
+		a->speed = descent_speed(a);
+		a->vert_rate = -a->speed / 60.0 * FEET_PER_NM_DESCENT;
+	}
+	else if (climb_alt < a->cruise_alt)
+	{
+		a->phase = PHASE_CLIMB;
+		a->alt = climb_alt;
+		a->speed = climb_speed(a);
+		a->vert_rate = a->climb_rate;
+	}
+	else
+	{
+		a->phase = PHASE_CRUISE;
+		a->alt = a->cruise_alt;
+		a->speed = a->cruise_speed;
+		a->vert_rate = 0;
+	}
+	a->heading = gc_course_deg(a->lat, a->lon, d->lat, d->lon);
+}
+
+static void
+init_fleet(void)
+{
+	uint64_t	fleet_rng = opts.seed ^ UINT64_C(0x5DB1C0FFEE);
+
+	fleet = calloc(opts.aircraft, sizeof(Aircraft));
+	if (fleet == NULL)
+		fatal("out of memory");
+
+	for (int i = 0; i < opts.aircraft; i++)
+	{
+		Aircraft   *a = &fleet[i];
+		bool		unique;
+		unsigned	code;
+
+		/* icao24: 24-bit address, unique within the fleet */
+		do
+		{
+			snprintf(a->icao24, sizeof(a->icao24), "%06x",
+					 (unsigned) (splitmix64_next(&fleet_rng) & 0xFFFFFF));
+			unique = true;
+			for (int j = 0; j < i && unique; j++)
+				unique = strcmp(fleet[j].icao24, a->icao24) != 0;
+		} while (!unique);
+
+		snprintf(a->callsign, sizeof(a->callsign), "%s%d",
+				 airline_prefixes[splitmix64_next(&fleet_rng) % N_AIRLINE_PREFIXES],
+				 1 + (int) (splitmix64_next(&fleet_rng) % 9999));
+
+		/* four octal digits, never 7500, 7600 or 7700 */
+		do
+			code = (unsigned) (splitmix64_next(&fleet_rng) % 4096);
+		while (code == 07500 || code == 07600 || code == 07700);
+		snprintf(a->squawk, sizeof(a->squawk), "%04o", code);
+
+		a->rng = splitmix64_next(&fleet_rng);
+		place_aircraft(a);
+	}
+}
+
+/*
+ * Advance one aircraft by dt simulated seconds.  Long gaps are integrated in
+ * steps so no phase change is skipped.
+ */
+static void
+advance_aircraft(Aircraft *a, double dt)
+{
+	while (dt > 0)
+	{
+		double		h = fmin(dt, MAX_SIM_STEP_S);
+		const Airport *d = &airports[a->dest];
+		double		to_go,
+					step_nm;
+
+		dt -= h;
+
+		if (a->phase == PHASE_GROUND)
+		{
+			a->ground_left -= h;
+			if (a->ground_left > 0)
+				continue;
+			/* depart on a new leg */
+			plan_leg(a, a->origin);
+			a->phase = PHASE_CLIMB;
+			a->heading = gc_course_deg(a->lat, a->lon, airports[a->dest].lat,
+									   airports[a->dest].lon);
+			continue;
+		}
+
+		to_go = gc_distance_nm(a->lat, a->lon, d->lat, d->lon);
+		if (a->phase != PHASE_DESCENT &&
+			to_go * FEET_PER_NM_DESCENT <= a->alt)
+			a->phase = PHASE_DESCENT;	/* top of descent */
+
+		switch (a->phase)
+		{
+			case PHASE_CLIMB:
+				a->vert_rate = a->climb_rate;
+				a->alt += a->climb_rate * h / 60.0;
+				if (a->alt >= a->cruise_alt)
+				{
+					a->alt = a->cruise_alt;
+					a->phase = PHASE_CRUISE;
+				}
+				a->speed = a->phase == PHASE_CRUISE ? a->cruise_speed : climb_speed(a);
+				break;
+			case PHASE_CRUISE:
+				a->vert_rate = 0;
+				a->speed = a->cruise_speed;
+				break;
+			case PHASE_DESCENT:
+			default:
+				a->speed = descent_speed(a);
+				a->vert_rate = -a->speed / 60.0 * FEET_PER_NM_DESCENT;
+				break;
+		}
+
+		step_nm = a->speed * h / 3600.0;
+		if (step_nm >= to_go)
+		{
+			/* landed: turn around for 15 to 45 minutes */
+			a->origin = a->dest;
+			start_turnaround(a, rng_range(&a->rng, 15 * 60, 45 * 60));
+			continue;
+		}
+		a->heading = gc_course_deg(a->lat, a->lon, d->lat, d->lon);
+		gc_advance(a->lat, a->lon, a->heading, step_nm, &a->lat, &a->lon);
+		if (a->phase == PHASE_DESCENT)
+			a->alt = fmin(a->alt, (to_go - step_nm) * FEET_PER_NM_DESCENT);
+	}
+	if (a->phase != PHASE_GROUND)
+		a->heading = gc_course_deg(a->lat, a->lon, airports[a->dest].lat,
+								   airports[a->dest].lon);
+}
+
+/* ---------------------------------------------------------------------
+ * Messages
+ * --------------------------------------------------------------------- */
+
+/* "2026-11-29T08:26:45.123Z" */
+static void
+format_iso8601_ms(int64_t epoch_ms, char *buf, size_t size)
+{
+	time_t		secs = (time_t) (epoch_ms / 1000);
+	struct tm	tm;
+	size_t		n;
+
+	gmtime_r(&secs, &tm);
+	n = strftime(buf, size, "%Y-%m-%dT%H:%M:%S", &tm);
+	snprintf(buf + n, size - n, ".%03dZ", (int) (epoch_ms % 1000));
+}
+
+/* Round to one decimal and keep the result below 360.0. */
+static double
+heading_for_report(double heading)
+{
+	double		h = round(heading * 10.0) / 10.0;
+
+	return h >= 360.0 ? h - 360.0 : h;
+}
+
+/* Message i is malformed iff floor((i+1)*share) > floor(i*share). */
+static bool
+message_is_malformed(int64_t i)
+{
+	double		s = opts.malformed_share;
+
+	return s > 0 && floor((double) (i + 1) * s) > floor((double) i * s);
+}
+
+/*
+ * Render aircraft a's position report as message seq.  kind picks a
+ * malformation; variant (0 or 1) picks which field it affects.  Returns the
+ * length of the message.
+ */
+static int
+render_report(char *buf, size_t size, const Aircraft *a, int64_t seq,
+			  const char *squawk, int64_t poller_ms,
+			  MalformedKind kind, int variant)
+{
+	char		ts[40];
+	int			n;
+	double		vert_rate = a->vert_rate;
+	double		velocity = a->speed;
+
+	/*
+	 * ADS-B-like reports: 25 ft altitude and 64 ft/min vertical rate steps,
+	 * small noise on the ground speed, level flight wobbling by one step.
+	 */
+	if (a->phase == PHASE_CRUISE)
+		vert_rate = 64.0 * ((int) (message_uniform(3, seq) * 3) - 1);
+	vert_rate = 64.0 * round(vert_rate / 64.0);
+	if (a->phase != PHASE_GROUND)
+		velocity += 4.0 * message_uniform(4, seq) - 2.0;
+
+	format_iso8601_ms(poller_ms, ts, sizeof(ts));
+
+	n = snprintf(buf, size, "{\"seq\":%" PRId64, seq);
+	if (!(kind == MALFORMED_MISSING && variant == 1))
+		n += snprintf(buf + n, size - n, ",\"icao24\":\"%s\"", a->icao24);
+	n += snprintf(buf + n, size - n, ",\"callsign\":\"%s\"", a->callsign);
+	if (kind == MALFORMED_TYPE && variant == 0)
+		n += snprintf(buf + n, size - n, ",\"lat\":\"north\"");
+	else if (!(kind == MALFORMED_MISSING && variant == 0))
+		n += snprintf(buf + n, size - n, ",\"lat\":%.5f", a->lat);
+	n += snprintf(buf + n, size - n, ",\"lon\":%.5f", a->lon);
+	if (kind == MALFORMED_TYPE && variant == 1)
+		n += snprintf(buf + n, size - n, ",\"baro_alt\":\"high\"");
+	else
+		n += snprintf(buf + n, size - n, ",\"baro_alt\":%d",
+					  25 * (int) round(a->alt / 25.0));
+	n += snprintf(buf + n, size - n,
+				  ",\"vert_rate\":%d,\"squawk\":\"%s\",\"velocity\":%.1f"
+				  ",\"heading\":%.1f,\"poller_ts\":\"%s\"}",
+				  (int) vert_rate, squawk, fmax(0.0, velocity),
+				  heading_for_report(a->heading), ts);
+
+	/* cut in the middle: a strict prefix of an object never parses */
+	if (kind == MALFORMED_TRUNCATED)
+	{
+		n /= 2;
+		buf[n] = '\0';
+	}
+	return n;
+}
+
+/* ---------------------------------------------------------------------
+ * Kafka producer and delivery accounting
+ * --------------------------------------------------------------------- */
+
+typedef struct DeliveryStats
+{
+	int64_t		delivered;
+	int64_t		failed;
+	int64_t    *per_partition;	/* delivered messages by partition */
+	int			n_partitions;	/* entries in per_partition */
+	char		first_error[256];
+} DeliveryStats;
+
+static DeliveryStats stats;
+
+static void
+ensure_partition_slots(int n)
+{
+	if (n <= stats.n_partitions)
+		return;
+	stats.per_partition = realloc(stats.per_partition, n * sizeof(int64_t));
+	if (stats.per_partition == NULL)
+		fatal("out of memory");
+	for (int p = stats.n_partitions; p < n; p++)
+		stats.per_partition[p] = 0;
+	stats.n_partitions = n;
+}
+
+/* Runs in the main thread, from rd_kafka_poll() and rd_kafka_flush(). */
+static void
+on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *msg, void *opaque)
+{
+	if (msg->err)
+	{
+		if (stats.failed++ == 0)
+			snprintf(stats.first_error, sizeof(stats.first_error), "%s",
+					 rd_kafka_err2str(msg->err));
+		return;
+	}
+	stats.delivered++;
+	if (msg->partition >= 0 && msg->partition < MAX_PARTITIONS)
+	{
+		ensure_partition_slots(msg->partition + 1);
+		stats.per_partition[msg->partition]++;
+	}
+}
+
+static void
+set_property(rd_kafka_conf_t *conf, const char *name, const char *value)
+{
+	char		errstr[512];
+
+	if (rd_kafka_conf_set(conf, name, value, errstr, sizeof(errstr)) !=
+		RD_KAFKA_CONF_OK)
+		fatal("%s", errstr);
+}
+
+static rd_kafka_t *
+create_producer(void)
+{
+	rd_kafka_conf_t *conf = rd_kafka_conf_new();
+	char		errstr[512];
+	char		num[32];
+	rd_kafka_t *rk;
+
+	set_property(conf, "bootstrap.servers", opts.bootstrap);
+	snprintf(num, sizeof(num), "%d", opts.linger_ms);
+	set_property(conf, "linger.ms", num);
+	snprintf(num, sizeof(num), "%d", opts.message_timeout_ms);
+	set_property(conf, "message.timeout.ms", num);
+	set_property(conf, "socket.nagle.disable", "true");
+	set_property(conf, "acks", "all");
+	set_property(conf, "enable.idempotence", "false");
+	/* the Java client's partitioner, so keys land where Kafka tools expect */
+	set_property(conf, "partitioner", "murmur2_random");
+	/* resume quickly after a broker outage */
+	set_property(conf, "reconnect.backoff.max.ms", "1000");
+	if (opts.quiet)
+		set_property(conf, "log_level", "0");
+
+	for (int i = 0; i < opts.n_properties; i++)
+	{
+		char	   *copy = strdup(opts.properties[i]);
+		char	   *eq = strchr(copy, '=');
+
+		*eq = '\0';
+		set_property(conf, copy, eq + 1);
+		free(copy);
+	}
+	rd_kafka_conf_set_dr_msg_cb(conf, on_delivery);
+
+	rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof(errstr));
+	if (rk == NULL)
+		fatal("could not create producer: %s", errstr);
+	return rk;
+}
+
+/*
+ * Learn the topic's partition count so the report lists every partition,
+ * including any that got nothing.  Not fatal: a broker that is down now may
+ * come back before the messages time out.
+ */
+static void
+learn_partitions(rd_kafka_t *rk, rd_kafka_topic_t *rkt)
+{
+	const struct rd_kafka_metadata *md;
+	int			timeout_ms = opts.message_timeout_ms < 5000 ?
+		opts.message_timeout_ms : 5000;
+	rd_kafka_resp_err_t err;
+
+	err = rd_kafka_metadata(rk, 0, rkt, &md, timeout_ms);
+	if (err)
+	{
+		if (!opts.quiet)
+			fprintf(stderr, "flight_sim: no metadata for topic \"%s\" yet: %s\n",
+					opts.topic, rd_kafka_err2str(err));
+		return;
+	}
+	if (md->topic_cnt == 1 && md->topics[0].err == 0)
+		ensure_partition_slots(md->topics[0].partition_cnt);
+	rd_kafka_metadata_destroy(md);
+}
+
+/* ---------------------------------------------------------------------
+ * Main loop
+ * --------------------------------------------------------------------- */
+
+static double
+monotonic_seconds(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static int64_t
+wall_clock_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Sleep until the monotonic time t, unless a stop signal arrives first. */
+static void
+sleep_until(double t)
+{
+	struct timespec ts;
+
+	ts.tv_sec = (time_t) t;
+	ts.tv_nsec = (long) ((t - (double) ts.tv_sec) * 1e9);
+	if (ts.tv_nsec >= 1000000000L)
+	{
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000L;
+	}
+	while (!stop_requested &&
+		   clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
+		;
+}
+
+/*
+ * Enqueue one message, waiting while the local queue is full.  Returns false
+ * if it could not be enqueued (a stop request while waiting, or an error).
+ */
+static bool
+produce_message(rd_kafka_t *rk, rd_kafka_topic_t *rkt, const char *key,
+				const char *payload, int len)
+{
+	for (;;)
+	{
+		rd_kafka_resp_err_t err;
+
+		err = rd_kafka_producev(rk,
+								RD_KAFKA_V_RKT(rkt),
+								RD_KAFKA_V_KEY(key, strlen(key)),
+								RD_KAFKA_V_VALUE((void *) payload, (size_t) len),
+								RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+								RD_KAFKA_V_TIMESTAMP(0),	/* now */
+								RD_KAFKA_V_END);
+		if (err == RD_KAFKA_RESP_ERR_NO_ERROR)
+			return true;
+		if (err != RD_KAFKA_RESP_ERR__QUEUE_FULL)
+		{
+			fprintf(stderr, "flight_sim: produce failed: %s\n",
+					rd_kafka_err2str(err));
+			return false;
+		}
+		if (stop_requested)
+			return false;
+		rd_kafka_poll(rk, 10);
+	}
+}
+
+static void
+install_signal_handlers(void)
+{
+	struct sigaction sa;
+
+	memset(&sa, 0, sizeof(sa));
+	sigemptyset(&sa.sa_mask);
+	sa.sa_handler = handle_stop_signal;
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	sa.sa_handler = SIG_IGN;
+	sigaction(SIGPIPE, &sa, NULL);
+}
+
+static void
+print_report(int64_t sent, int64_t malformed, int64_t emergencies,
+			 double seconds)
+{
+	int64_t		failed = sent - stats.delivered;
+	double		rate = seconds > 0 ? stats.delivered / seconds : 0;
+
+	if (!opts.quiet)
+	{
+		fprintf(stderr,
+				"flight_sim: %" PRId64 " sent, %" PRId64 " delivered, %" PRId64
+				" failed, %" PRId64 " malformed, %" PRId64
+				" emergency squawks to %s in %.3f s (%.0f msg/s)\n",
+				sent, stats.delivered, failed, malformed, emergencies,
+				opts.topic, seconds, rate);
+		if (failed > 0)
+			fprintf(stderr, "flight_sim: first delivery error: %s\n",
+					stats.failed > 0 ? stats.first_error : "not delivered in time");
+	}
+
+	printf("{\"sent\": %" PRId64 ", \"delivered\": %" PRId64
+		   ", \"failed\": %" PRId64 ", \"malformed\": %" PRId64
+		   ", \"partitions\": {",
+		   sent, stats.delivered, failed, malformed);
+	for (int p = 0; p < stats.n_partitions; p++)
+		printf("%s\"%d\": %" PRId64, p > 0 ? ", " : "", p,
+			   stats.per_partition[p]);
+	printf("}, \"seconds\": %.3f, \"rate\": %.1f}\n", seconds, rate);
+	fflush(stdout);
+}
+
+int
+main(int argc, char **argv)
+{
+	rd_kafka_t *rk;
+	rd_kafka_topic_t *rkt;
+	sigset_t	all,
+				saved;
+	char		payload[MAX_MESSAGE_LEN];
+	int64_t		sent = 0,
+				malformed = 0,
+				emergencies = 0;
+	int64_t		start_wall_ms;
+	double		start,
+				sched_start;
+	int64_t		sched_base = 0;
+	double		seconds;
+
+	parse_options(argc, argv);
+	install_signal_handlers();
+	init_fleet();
+
+	/* librdkafka's threads must never take our signals */
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &saved);
+	rk = create_producer();
+	pthread_sigmask(SIG_SETMASK, &saved, NULL);
+
+	rkt = rd_kafka_topic_new(rk, opts.topic, NULL);
+	if (rkt == NULL)
+		fatal("could not create topic handle: %s",
+			  rd_kafka_err2str(rd_kafka_last_error()));
+	learn_partitions(rk, rkt);
+
+	start = sched_start = monotonic_seconds();
+	start_wall_ms = wall_clock_ms();
+
+	for (int64_t i = 0; !stop_requested; i++)
+	{
+		Aircraft   *a;
+		double		now,
+					sim_now;
+		MalformedKind kind = MALFORMED_NONE;
+		int			variant = 0;
+		const char *squawk;
+		int			len;
+
+		if (opts.count >= 0 && i >= opts.count)
+			break;
+		now = monotonic_seconds();
+		if (opts.duration >= 0 && now - start >= opts.duration)
+			break;
+
+		if (opts.rate > 0)
+		{
+			double		due = sched_start + (i - sched_base) / opts.rate;
+
+			/* with --duration, send only what is due before the end */
+			if (opts.duration >= 0 && due - start >= opts.duration)
+				break;
+			if (now < due)
+			{
+				sleep_until(due);
+				if (stop_requested)
+					break;
+				now = monotonic_seconds();
+			}
+			else if (now - due > 0.1)
+			{
+				/* far behind (a stall): restart the schedule, no burst */
+				sched_start = now;
+				sched_base = i;
+			}
+		}
+
+		a = &fleet[i % opts.aircraft];
+		sim_now = (now - start) * opts.time_scale;
+		advance_aircraft(a, sim_now - a->last_report);
+		a->last_report = sim_now;
+
+		squawk = a->squawk;
+		if (message_uniform(1, i) < opts.emergency_share)
+		{
+			static const char *const codes[] = {"7500", "7600", "7700"};
+
+			squawk = codes[(int) (message_uniform(2, i) * 3)];
+			emergencies++;
+		}
+		if (message_is_malformed(i))
+		{
+			kind = opts.malformed_kinds[malformed % opts.n_malformed_kinds];
+			variant = (int) ((malformed / opts.n_malformed_kinds) % 2);
+			malformed++;
+		}
+
+		len = render_report(payload, sizeof(payload), a, opts.seq_start + i,
+							squawk, start_wall_ms +
+							(int64_t) llround(sim_now * 1000.0), kind, variant);
+		if (!produce_message(rk, rkt, a->icao24, payload, len))
+		{
+			if (kind != MALFORMED_NONE)
+				malformed--;
+			break;
+		}
+		sent++;
+		rd_kafka_poll(rk, 0);	/* serve delivery reports */
+	}
+
+	/* wait for every outstanding delivery report */
+	rd_kafka_flush(rk, opts.message_timeout_ms + 10000);
+	seconds = monotonic_seconds() - start;
+	print_report(sent, malformed, emergencies, seconds);
+
+	rd_kafka_topic_destroy(rkt);
+	rd_kafka_destroy(rk);
+	free(fleet);
+	free(stats.per_partition);
+	return stats.delivered == sent ? 0 : 1;
+}
