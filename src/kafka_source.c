@@ -57,6 +57,7 @@ static const char *const default_properties[][2] = {
 	{"fetch.wait.max.ms", "1"},
 	{"fetch.min.bytes", "1"},
 	{"socket.nagle.disable", "true"},
+	{"reconnect.backoff.max.ms", "1000"},
 	{"queued.max.messages.kbytes", "32768"},
 	{"log.queue", "true"},
 };

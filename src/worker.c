@@ -86,6 +86,8 @@ typedef struct Batch
 	int64		rows_written;
 	int64		rows_skipped;
 	int64		read_us;		/* Unix time (us) when the batch was taken */
+	bool		decoded;		/* decoding happens once, in the first attempt */
+	int			ndead_decode;	/* the first entries of dead are decode failures */
 } Batch;
 
 typedef struct FlowWorker
@@ -621,6 +623,15 @@ is_data_error(int sqlerrcode)
 		sqlerrcode == ERRCODE_RAISE_EXCEPTION;
 }
 
+/* Whether Kafka bytes (key, payload) can be stored as text in this database. */
+static bool
+is_valid_text(const void *bytes, size_t len)
+{
+	return bytes != NULL && len < MaxAllocSize &&
+		memchr(bytes, '\0', len) == NULL &&
+		pg_verify_mbstr(GetDatabaseEncoding(), bytes, (int) len, true);
+}
+
 /* Decode every message of the batch; the ones that fail are set aside. */
 static void
 decode_batch(FlowWorker *w, Batch *b)
@@ -659,9 +670,7 @@ decode_batch(FlowWorker *w, Batch *b)
 		nulls[ncols + SDP_META_PARTITION] = false;
 		values[ncols + SDP_META_OFFSET] = Int64GetDatum(m->offset);
 		nulls[ncols + SDP_META_OFFSET] = false;
-		nulls[ncols + SDP_META_KEY] = (m->key == NULL ||
-									   pg_verify_mbstr(GetDatabaseEncoding(), m->key, (int) m->key_len, true) != (int) m->key_len ||
-									   memchr(m->key, '\0', m->key_len) != NULL);
+		nulls[ncols + SDP_META_KEY] = !is_valid_text(m->key, m->key_len);
 		if (!nulls[ncols + SDP_META_KEY])
 			values[ncols + SDP_META_KEY] = PointerGetDatum(cstring_to_text_with_len(m->key, (int) m->key_len));
 		ts = rd_kafka_message_timestamp(m, &tstype);
@@ -795,8 +804,7 @@ write_dead_letters(FlowWorker *w, Batch *b)
 		values[2] = CStringGetTextDatum(w->source.topic);
 		values[3] = Int32GetDatum(m->partition);
 		values[4] = Int64GetDatum(m->offset);
-		if (m->key && pg_verify_mbstr(GetDatabaseEncoding(), m->key, (int) m->key_len, true) == (int) m->key_len &&
-			memchr(m->key, '\0', m->key_len) == NULL)
+		if (is_valid_text(m->key, m->key_len))
 			values[5] = PointerGetDatum(cstring_to_text_with_len(m->key, (int) m->key_len));
 		else
 			nulls[5] = 'n';
@@ -810,8 +818,7 @@ write_dead_letters(FlowWorker *w, Batch *b)
 		if (m->len > 0)
 			memcpy(VARDATA(payload), m->payload, m->len);
 		values[7] = PointerGetDatum(payload);
-		if (m->payload && pg_verify_mbstr(GetDatabaseEncoding(), m->payload, (int) m->len, true) == (int) m->len &&
-			memchr(m->payload, '\0', m->len) == NULL)
+		if (is_valid_text(m->payload, m->len))
 			values[8] = PointerGetDatum(cstring_to_text_with_len(m->payload, (int) m->len));
 		else
 			nulls[8] = 'n';
@@ -870,7 +877,6 @@ attempt_batch(FlowWorker *w, Batch *b, bool isolate, int64 *new_next, char **fai
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	volatile BatchOutcome outcome = BATCH_COMMITTED;
-	int			ndead_decode = list_length(b->dead);
 
 	b->rows_out = 0;
 	b->rows_written = 0;
@@ -884,7 +890,23 @@ attempt_batch(FlowWorker *w, Batch *b, bool isolate, int64 *new_next, char **fai
 		SPI_connect();
 		MemoryContextSwitchTo(cxt);		/* the batch's memory, not SPI's */
 		PushActiveSnapshot(GetTransactionSnapshot());
-		if (!isolate)
+
+		/* Decoding needs a transaction too (input functions, error messages read the catalogs). */
+		if (!b->decoded)
+		{
+			decode_batch(w, b);
+			b->decoded = true;
+			b->ndead_decode = list_length(b->dead);
+		}
+		if (b->ndead_decode > 0 && w->opts.on_error == SDP_ON_ERROR_FAIL)
+		{
+			DeadLetter *dl = linitial(b->dead);
+
+			*fail_message = psprintf("decode of partition %d offset %lld: %s", dl->msg->partition,
+									 (long long) dl->msg->offset, dl->error);
+			outcome = BATCH_FAILED;
+		}
+		else if (!isolate)
 			run_rows(w, b, 0, b->nrows, &stage);
 		else if (b->nrows > 0 && !isolate_rows(w, b, 0, b->nrows, fail_message))
 			outcome = BATCH_FAILED;
@@ -918,7 +940,7 @@ attempt_batch(FlowWorker *w, Batch *b, bool isolate, int64 *new_next, char **fai
 
 	/* dead letters found while isolating are dropped with a rolled-back attempt */
 	if (outcome != BATCH_COMMITTED)
-		b->dead = list_truncate(b->dead, ndead_decode);
+		b->dead = list_truncate(b->dead, b->ndead_decode);
 	return outcome;
 }
 
@@ -937,19 +959,11 @@ process_batch(FlowWorker *w, Batch *b)
 	volatile BatchOutcome outcome = BATCH_COMMITTED;
 
 	pgstat_report_activity(STATE_RUNNING, "sdp: processing batch");
-	decode_batch(w, b);
-	decode_dead = list_length(b->dead);
-	if (decode_dead > 0 && w->opts.on_error == SDP_ON_ERROR_FAIL)
-	{
-		DeadLetter *dl = linitial(b->dead);
-
-		worker_fail(w, psprintf("decode of partition %d offset %lld: %s", dl->msg->partition,
-								(long long) dl->msg->offset, dl->error));
-	}
 
 	for (;;)
 	{
 		MemoryContext cxt = CurrentMemoryContext;
+		volatile bool retry = false;
 
 		PG_TRY();
 		{
@@ -971,18 +985,22 @@ process_batch(FlowWorker *w, Batch *b)
 						   b->nmsgs, Max(w->error_backoff_ms, 100), edata->message);
 			ereport(LOG, (errmsg("sdp flow \"%s\": %s", w->args.name, msg)));
 			worker_set_error(w, msg);
-			w->error_backoff_ms = Min(Max(w->error_backoff_ms * 2, 100), 30000);
-			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-							 w->error_backoff_ms, PG_WAIT_EXTENSION);
-			ResetLatch(MyLatch);
-			CHECK_FOR_INTERRUPTS();
-			b->dead = list_truncate(b->dead, decode_dead);
-			continue;
+			retry = true;
 		}
 		PG_END_TRY();
-		break;
+
+		if (!retry)
+			break;
+		/* wait, staying responsive to stop requests, and try the same batch again */
+		w->error_backoff_ms = Min(Max(w->error_backoff_ms * 2, 100), 30000);
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 w->error_backoff_ms, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+		b->dead = list_truncate(b->dead, b->ndead_decode);
 	}
 	w->error_backoff_ms = 0;
+	decode_dead = b->ndead_decode;
 
 	if (outcome == BATCH_FAILED)
 		worker_fail(w, fail_message);

@@ -1,0 +1,190 @@
+=pod
+
+=head1 NAME
+
+SdpTest - PostgreSQL-side helpers for sdp_ext TAP tests
+
+=head1 SYNOPSIS
+
+  use lib 'test/perl';
+  use SdpKafka;
+  use SdpTest;
+
+  my $broker = SdpKafka::start_broker(topics => { 'raw-flights' => 8 });
+  my $node = SdpTest::new_node('main');              # sdp_ext preloaded, extension created
+  SdpTest::create_source($node, 'flights', $broker, 'raw-flights');
+  SdpTest::wait_for($node, "SELECT count(*) = 100 FROM t");
+  SdpTest::crash_and_restart($node);                  # SIGKILL the postmaster, start again
+
+=head1 DESCRIPTION
+
+Nodes are PostgreSQL::Test::Cluster instances with sdp_ext in
+shared_preload_libraries and sdp.database = postgres, where the extension is
+created.  Flows commit with synchronous_commit = off by default, so a crash
+really loses the tail of their commits, which is what exactly-once must
+survive.
+
+=cut
+
+package SdpTest;
+
+use strict;
+use warnings FATAL => 'all';
+use feature 'signatures';
+no warnings 'experimental::signatures';
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(usleep);
+
+=pod
+
+=over
+
+=item new_node($name, %conf)
+
+Initialises and starts a node with sdp_ext preloaded; extra settings from
+%conf go to postgresql.conf.  Creates the extension.
+
+=cut
+
+sub new_node ($name, %conf)
+{
+	my $node = PostgreSQL::Test::Cluster->new($name);
+	$node->init;
+	my $extra = join '', map { "$_ = $conf{$_}\n" } sort keys %conf;
+	$node->append_conf('postgresql.conf', <<"EOC" . $extra);
+shared_preload_libraries = 'sdp_ext'
+sdp.database = 'postgres'
+sdp.launcher_naptime = '200ms'
+max_worker_processes = 32
+log_min_messages = log
+EOC
+	$node->start;
+	$node->safe_psql('postgres', 'CREATE EXTENSION sdp_ext');
+	return $node;
+}
+
+=item create_source($node, $name, $broker, $topic, $options_json)
+
+=cut
+
+sub create_source ($node, $name, $broker, $topic, $options = '{}')
+{
+	my $boot = $broker->bootstrap;
+	$node->safe_psql('postgres',
+		"SELECT sdp_create_source('$name', '$boot', '$topic', '$options')");
+}
+
+=item wait_for($node, $sql, $timeout = 120)
+
+Polls until $sql returns 't'; fails the test (with the last value) on timeout.
+
+=cut
+
+sub wait_for ($node, $sql, $timeout = 120)
+{
+	my $deadline = time + $timeout;
+	my $last = '';
+	while (time < $deadline)
+	{
+		my ($ret, $out, $err) = $node->psql('postgres', $sql);
+		$last = $ret == 0 ? $out : $err;
+		return 1 if $ret == 0 && $out eq 't';
+		usleep(100_000);
+	}
+	diag("timed out after $timeout s waiting for: $sql\nlast result: $last");
+	return 0;
+}
+
+=item wait_consumed($node, $flow, $total, $timeout)
+
+Waits until the flow has committed offsets that add up to $total messages
+(the sum over partitions of the next offset), i.e. it has consumed
+everything up to there.
+
+=cut
+
+sub wait_consumed ($node, $flow, $total, $timeout = 120)
+{
+	return wait_for($node,
+		"SELECT coalesce(sum(o.next_offset), 0) >= $total FROM sdp.offsets o "
+		  . "JOIN sdp.flows f ON f.id = o.flow_id WHERE f.name = '$flow'",
+		$timeout);
+}
+
+=item query($node, $sql)
+
+safe_psql on the postgres database.
+
+=cut
+
+sub query ($node, $sql)
+{
+	return $node->safe_psql('postgres', $sql);
+}
+
+=item crash_and_restart($node)
+
+SIGKILLs the postmaster, waits until its children have noticed and exited
+(the server cannot start while they hold its shared memory), and starts it
+again.
+
+=cut
+
+sub crash_and_restart ($node)
+{
+	my $pgdata = $node->data_dir;
+	my $postmaster = $node->{_pid};
+	$node->kill9;
+
+	# Every server process runs in the data directory: wait until none is
+	# left, and until the postmaster is reaped (a zombie still counts as
+	# running for the lock file check of the next postmaster).
+	my $deadline = time + 60;
+	while (time < $deadline)
+	{
+		my @left = grep { (readlink($_) // '') eq $pgdata } glob('/proc/[0-9]*/cwd');
+		last if !@left && !-e "/proc/$postmaster";
+		usleep(50_000);
+	}
+	$node->start;
+	return 1;
+}
+
+=item assert_exactly_once($node, $table, $expected_per_partition)
+
+Asserts that the table's (kafka_partition, kafka_offset) pairs are exactly
+0 .. n-1 for every partition, with n from the hashref (partition => count),
+and that seq is exactly 0 .. total-1: no duplicate and no gap.
+
+=cut
+
+sub assert_exactly_once ($node, $table, $per_partition, $label)
+{
+	my $total = 0;
+	$total += $_ for values %$per_partition;
+
+	my ($rows, $distinct_pairs, $distinct_seq, $min_seq, $max_seq) = split /\|/,
+	  query($node,
+		"SELECT count(*), count(DISTINCT (kafka_partition, kafka_offset)), count(DISTINCT seq), "
+		  . "coalesce(min(seq), -1), coalesce(max(seq), -1) FROM $table");
+	is($rows, $total, "$label: $total rows");
+	is($distinct_pairs, $total, "$label: no duplicate (partition, offset)");
+	is($distinct_seq, $total, "$label: no duplicate seq");
+	is("$min_seq..$max_seq", "0.." . ($total - 1), "$label: seq has no gap");
+
+	my %got = map { split /\|/ } split /\n/,
+	  query($node,
+		"SELECT kafka_partition, count(*) FROM $table GROUP BY 1 "
+		  . "HAVING min(kafka_offset) = 0 AND max(kafka_offset) = count(*) - 1");
+	my %want = map { $_ => $per_partition->{$_} } grep { $per_partition->{$_} > 0 } keys %$per_partition;
+	is_deeply(\%got, \%want, "$label: every partition's offsets are 0..n-1");
+}
+
+=back
+
+=cut
+
+1;
