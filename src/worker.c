@@ -108,7 +108,8 @@ typedef struct FlowWorker
 	SdpTransform transform;
 	SdpSink		sink;
 
-	SPIPlanPtr	offsets_plan;
+	SPIPlanPtr	offsets_plan;		/* UPDATE: every batch */
+	SPIPlanPtr	offsets_insert_plan;	/* INSERT: partitions newly assigned */
 	SPIPlanPtr	dead_letter_plan;
 
 	KafkaSource *kafka;
@@ -378,18 +379,24 @@ worker_load_flow(FlowWorker *w)
 			TIMESTAMPTZOID, BYTEAOID, TEXTOID, TEXTOID, TEXTOID, TEXTOID};
 
 		sdp_catalog_enter(&scope);
-		w->offsets_plan = SPI_prepare("INSERT INTO sdp.offsets AS o (flow_id, partition, next_offset, updated_at) "
-									  "SELECT $1, u.p, u.o, now() FROM unnest($2, $3) AS u(p, o) "
-									  "ON CONFLICT (flow_id, partition) DO UPDATE "
-									  "SET next_offset = EXCLUDED.next_offset, updated_at = EXCLUDED.updated_at",
+		/* offsets rows exist for every assigned partition (assign_partitions), so a batch updates them */
+		w->offsets_plan = SPI_prepare("UPDATE sdp.offsets o SET next_offset = u.o, updated_at = now() "
+									  "FROM unnest($2, $3) AS u(p, o) "
+									  "WHERE o.flow_id = $1 AND o.partition = u.p",
 									  3, off_types);
+		w->offsets_insert_plan = SPI_prepare("INSERT INTO sdp.offsets AS o (flow_id, partition, next_offset, updated_at) "
+											 "SELECT $1, u.p, u.o, now() FROM unnest($2, $3) AS u(p, o) "
+											 "ON CONFLICT (flow_id, partition) DO UPDATE "
+											 "SET next_offset = EXCLUDED.next_offset, updated_at = EXCLUDED.updated_at",
+											 3, off_types);
 		w->dead_letter_plan = SPI_prepare("INSERT INTO sdp.dead_letters (flow, owner, kafka_topic, kafka_partition, "
 										  "kafka_offset, kafka_key, kafka_timestamp, payload, payload_text, stage, error, sqlstate) "
 										  "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
 										  12, dl_types);
-		if (w->offsets_plan == NULL || w->dead_letter_plan == NULL)
+		if (w->offsets_plan == NULL || w->offsets_insert_plan == NULL || w->dead_letter_plan == NULL)
 			elog(ERROR, "could not prepare catalog statements: %s", SPI_result_code_string(SPI_result));
 		SPI_keepplan(w->offsets_plan);
+		SPI_keepplan(w->offsets_insert_plan);
 		SPI_keepplan(w->dead_letter_plan);
 		sdp_catalog_leave(&scope);
 	}
@@ -406,9 +413,15 @@ worker_load_flow(FlowWorker *w)
 	SetConfigOption("synchronous_commit", w->opts.synchronous_commit, PGC_USERSET, PGC_S_SESSION);
 }
 
-/* Store offsets for partitions; runs inside a transaction with SPI connected. */
+/*
+ * Store the next offsets of partitions; runs inside a transaction with SPI
+ * connected.  'fresh' partitions get their row; the others already have one
+ * and are updated, which also proves the flow still exists: if it was
+ * dropped meanwhile (its offsets rows cascade away), the batch fails and
+ * nothing of it commits.
+ */
 static void
-store_offsets(FlowWorker *w, int n, const int32 *partitions, const int64 *offsets)
+store_offsets(FlowWorker *w, int n, const int32 *partitions, const int64 *offsets, bool fresh)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	SdpCatalogScope scope;
@@ -426,11 +439,15 @@ store_offsets(FlowWorker *w, int n, const int32 *partitions, const int64 *offset
 	values[1] = PointerGetDatum(construct_array(pd, n, INT4OID, 4, true, TYPALIGN_INT));
 	values[2] = PointerGetDatum(construct_array(od, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
 	sdp_catalog_enter(&scope);
-	rc = SPI_execute_plan(w->offsets_plan, values, NULL, false, 0);
+	rc = SPI_execute_plan(fresh ? w->offsets_insert_plan : w->offsets_plan, values, NULL, false, 0);
 	MemoryContextSwitchTo(cxt);
 	sdp_catalog_leave(&scope);
-	if (rc != SPI_OK_INSERT)
+	if (rc != (fresh ? SPI_OK_INSERT : SPI_OK_UPDATE))
 		elog(ERROR, "could not store offsets: %s", SPI_result_code_string(rc));
+	if (SPI_processed != (uint64) n)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("flow \"%s\" was dropped", w->args.name)));
 }
 
 /* Show the assigned partitions and their committed offsets in the slot. */
@@ -528,7 +545,7 @@ assign_partitions(FlowWorker *w, int n, int32 *partitions)
 		fresh[nfresh++] = partitions[i];
 	}
 	if (nfresh > 0)
-		store_offsets(w, nfresh, fresh, fresh_off);
+		store_offsets(w, nfresh, fresh, fresh_off, true);
 
 	PopActiveSnapshot();
 	SPI_finish();
@@ -858,7 +875,7 @@ write_batch_offsets(FlowWorker *w, Batch *b, int64 *new_next)
 			n++;
 		}
 	if (n > 0)
-		store_offsets(w, n, parts, offs);
+		store_offsets(w, n, parts, offs, false);
 }
 
 typedef enum BatchOutcome

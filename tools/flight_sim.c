@@ -644,9 +644,10 @@ static void
 init_fleet(void)
 {
 	uint64_t	fleet_rng = opts.seed ^ UINT64_C(0x5DB1C0FFEE);
+	uint8_t    *used = calloc((1 << 24) / 8, 1);	/* one bit per 24-bit address */
 
 	fleet = calloc(opts.aircraft, sizeof(Aircraft));
-	if (fleet == NULL)
+	if (fleet == NULL || used == NULL)
 		fatal("out of memory");
 
 	for (int i = 0; i < opts.aircraft; i++)
@@ -658,11 +659,11 @@ init_fleet(void)
 		/* icao24: 24-bit address, unique within the fleet */
 		do
 		{
-			snprintf(a->icao24, sizeof(a->icao24), "%06x",
-					 (unsigned) (splitmix64_next(&fleet_rng) & 0xFFFFFF));
-			unique = true;
-			for (int j = 0; j < i && unique; j++)
-				unique = strcmp(fleet[j].icao24, a->icao24) != 0;
+			unsigned	addr = (unsigned) (splitmix64_next(&fleet_rng) & 0xFFFFFF);
+
+			unique = (used[addr >> 3] & (1 << (addr & 7))) == 0;
+			used[addr >> 3] |= (uint8_t) (1 << (addr & 7));
+			snprintf(a->icao24, sizeof(a->icao24), "%06x", addr);
 		} while (!unique);
 
 		snprintf(a->callsign, sizeof(a->callsign), "%s%d",
@@ -678,6 +679,7 @@ init_fleet(void)
 		a->rng = splitmix64_next(&fleet_rng);
 		place_aircraft(a);
 	}
+	free(used);
 }
 
 /*

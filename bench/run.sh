@@ -1,0 +1,159 @@
+#!/usr/bin/env bash
+# bench/run.sh: the benchmark of sdp_ext (not a test: it measures, it does not assert).
+#
+# In one run, on this machine, with the producer, the broker and PostgreSQL
+# sharing its cores:
+#
+#  1. throughput: positions_flow (the enrich flow of examples/flights.sql,
+#     upsert) consuming while the producer runs flat out, in events/s at the
+#     sink; then a COPY of the very rows the flow wrote into the same table,
+#     emptied; the ratio of the two is the figure.  A second run with 2,000
+#     aircraft reporting many times shows the upsert-heavy case.
+#  2. latency: e2eLatencyMs P50/P99 of the flow at 1,000, 10,000 and 50,000
+#     events/s, beside the transport floor: a bare librdkafka consumer
+#     (tools/kafka_floor) reading the same messages in the same run, over the
+#     same window as the flow's progress report.
+#
+# Usage: bash bench/run.sh [--quick]      (--quick: smaller sizes, for a smoke test)
+# Results: a table on stdout, and bench/out/<timestamp>.txt
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/common.sh
+
+quick=${1:-}
+TPUT_N=300000; TPUT2_N=300000; RATES="1000 10000 50000"
+if [ "$quick" = "--quick" ]; then TPUT_N=30000; TPUT2_N=30000; RATES="1000 10000"; fi
+port=${BENCH_PORT:-5489}
+
+sdp_install_packages
+sdp_build_install
+
+dir=$(mktemp -d /tmp/sdp_bench.XXXXXX)
+sdp_as_root chown postgres:postgres "$dir"
+pids=()
+cleanup() {
+  set +e
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
+  wait 2>/dev/null
+  [ -f "$dir/pg/postmaster.pid" ] && sdp_as_postgres pg_ctl -D "$dir/pg" -m fast stop >/dev/null 2>&1
+  sdp_as_root rm -rf "$dir"
+}
+trap cleanup EXIT
+
+sdp_as_postgres initdb -D "$dir/pg" -A trust -U postgres >/dev/null
+cat >> "$dir/pg/postgresql.conf" <<CONF
+shared_preload_libraries = 'sdp_ext'
+sdp.database = 'postgres'
+port = $port
+listen_addresses = ''
+unix_socket_directories = '$dir'
+shared_buffers = '512MB'
+max_wal_size = '8GB'
+checkpoint_timeout = '30min'
+max_worker_processes = 16
+CONF
+sdp_as_postgres pg_ctl -D "$dir/pg" -l "$dir/postgres.log" -w start >/dev/null
+sql() { sdp_as_postgres psql -X -q -At -h "$dir" -p "$port" -U postgres -d postgres "$@"; }
+
+tools/sdp_broker --topic tput:32 --topic tput2:16 --topic lat1000:4 --topic lat10000:4 \
+  --topic lat50000:4 --addr-file "$dir/broker.addr" --quiet > "$dir/broker.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 100); do [ -s "$dir/broker.addr" ] && break; sleep 0.1; done
+boot=$(cat "$dir/broker.addr")
+
+# the tables and the enrich transform of examples/flights.sql, one flow per topic
+sql -c 'CREATE EXTENSION sdp_ext'
+sed -n '/^CREATE TABLE zones/,/^SELECT sdp_create_source/p' examples/flights.sql | sed '$d' | sql >/dev/null
+transform=$(sed -n '/^  transform => \$\$/,/\$\$,$/p' examples/flights.sql | sed '1s/^  transform => \$\$//; $s/\$\$,$//')
+make_flow() {  # name topic table progress_interval
+  sql >/dev/null <<SQL
+CREATE TABLE $3 (LIKE positions INCLUDING ALL);
+SELECT sdp_create_source('$1', '$boot', '$2');
+SELECT sdp_create_flow('$1', source => '$1', target => '$3',
+  schema => 'icao24 text, callsign text, lat float8, lon float8, baro_alt float8, vert_rate float8,
+             squawk text, velocity float8, heading float8, poller_ts timestamptz',
+  transform => \$t\$ ${transform//positions/$3} \$t\$,
+  options => '{"mode": "upsert", "progress_interval": "$4"}');
+SQL
+}
+now() { date +%s.%N; }
+wait_read() {  # flow count -> prints the time when messages_read reached count
+  while [ "$(sql -c "SELECT messages_read >= $2 FROM sdp.flow_status WHERE flow = '$1'")" != t ]; do sleep 0.05; done
+  now
+}
+
+out=bench/out; mkdir -p "$out"; report="$out/$(date -u +%Y%m%dT%H%M%SZ).txt"
+{
+echo "sdp_ext benchmark, $(date -u), $(nproc) cores, $(uname -r), PostgreSQL $(sdp_as_postgres postgres --version | awk '{print $3}')"
+echo
+
+# 1a. throughput, every row a new key: the flow and COPY write the same rows
+make_flow tput tput positions_tput '2 seconds'
+sleep 1
+t0=$(now)
+tools/flight_sim --bootstrap "$boot" --topic tput --aircraft "$TPUT_N" --count "$TPUT_N" --rate 0 --quiet > "$dir/sim1.json" &
+t1=$(wait_read tput "$TPUT_N")
+flow_eps=$(echo "$TPUT_N / ($t1 - $t0)" | bc -l)
+rows=$(sql -c 'SELECT count(*) FROM positions_tput')
+sql -c "SELECT sdp_stop_flow('tput')" >/dev/null
+sql -c "COPY positions_tput TO '$dir/rows.csv' (FORMAT csv)"
+sql -c 'TRUNCATE positions_tput'
+sql -c 'CHECKPOINT'
+c0=$(now); sql -c "COPY positions_tput FROM '$dir/rows.csv' (FORMAT csv)"; c1=$(now)
+copy_eps=$(echo "$rows / ($c1 - $c0)" | bc -l)
+
+# 1b. throughput, 2,000 aircraft reporting 150 times each (upsert collapses)
+make_flow tput2 tput2 positions_tput2 '2 seconds'
+sleep 1
+t0=$(now)
+tools/flight_sim --bootstrap "$boot" --topic tput2 --aircraft 2000 --count "$TPUT2_N" --rate 0 --quiet > "$dir/sim2.json" &
+t1=$(wait_read tput2 "$TPUT2_N")
+flow2_eps=$(echo "$TPUT2_N / ($t1 - $t0)" | bc -l)
+sql -c "SELECT sdp_stop_flow('tput2')" >/dev/null
+
+echo "Throughput (producer running concurrently; events/s at the sink)"
+printf '  %-58s %12s\n' "case" "events/s"
+printf '  %-58s %12.0f\n' "positions_flow, $TPUT_N new aircraft (upsert = insert)" "$flow_eps"
+printf '  %-58s %12.0f\n' "COPY of the same $rows rows into the same table" "$copy_eps"
+printf '  %-58s %12.2f\n' "ratio flow / COPY" "$(echo "$flow_eps / $copy_eps" | bc -l)"
+printf '  %-58s %12.0f\n' "positions_flow, 2,000 aircraft x $((TPUT2_N / 2000)) reports (upserts)" "$flow2_eps"
+echo
+
+# 2. latency at fixed rates, beside the transport floor; first let autovacuum's
+# work on the throughput tables and the checkpoint of their WAL pass
+sql -c 'VACUUM ANALYZE' -c 'CHECKPOINT'
+sleep 2
+echo "Latency (ms; flow e2eLatencyMs from its progress report, floor = bare librdkafka consumer, same messages, same window)"
+printf '  %9s %11s %11s %12s %12s %12s %15s %9s\n' "events/s" "flow P50" "flow P99" "floor P50" "floor P99" "P99 - floor" "flow proc P99" "samples"
+# Each rate gets a fresh topic and a short window: the embedded broker finds a
+# fetch offset by scanning the partition's log linearly, so its fetches slow
+# down as a partition fills with small batches; a real Kafka broker does not.
+for rate in $RATES; do
+  make_flow "lat$rate" "lat$rate" "positions_lat$rate" "4 seconds"
+  while [ "$(sql -c "SELECT state = 'running' AND partitions IS NOT NULL FROM sdp.flow_status WHERE flow = 'lat$rate'")" != t ]; do sleep 0.1; done
+  tools/kafka_floor --bootstrap "$boot" --topic "lat$rate" --duration 8 \
+    --out "$dir/floor$rate.txt" > "$dir/floor$rate.json" &
+  floor=$!
+  while ! grep -q ready "$dir/floor$rate.json" 2>/dev/null; do sleep 0.05; done
+  tools/flight_sim --bootstrap "$boot" --topic "lat$rate" --aircraft 2000 --rate "$rate" --linger-ms 1 \
+    --duration 6 --quiet > "$dir/sim$rate.json" &
+  sim=$!
+  # the first report covers the flow's first 4 s, during which the producer runs
+  while [ "$(sql -c "SELECT coalesce((sdp_flow_progress('lat$rate')->>'reportId')::int, 0) >= 1")" != t ]; do sleep 0.25; done
+  p=$(sql -c "SELECT sdp_flow_progress('lat$rate')")
+  wait "$sim"; wait "$floor"
+  sql -c "SELECT sdp_stop_flow('lat$rate')" >/dev/null
+  read -r fp50 fp99 pp99 n win_end win_len < <(sql -c "SELECT concat_ws(' ',
+      j->'latencies'->'e2eLatencyMs'->>'P50', j->'latencies'->'e2eLatencyMs'->>'P99',
+      j->'latencies'->'processingLatencyMs'->>'P99', j->'latencies'->'e2eLatencyMs'->>'samples',
+      extract(epoch FROM (j->>'timestamp')::timestamptz) * 1000, (j->>'intervalSeconds')::float8 * 1000)
+    FROM (SELECT '$p'::jsonb AS j) s")
+  read -r lp50 lp99 < <(awk -v hi="$win_end" -v len="$win_len" '$1 >= hi - len && $1 <= hi {print $2}' "$dir/floor$rate.txt" \
+      | sort -n | awk '{v[NR]=$1} END {if (NR == 0) {print "nan nan"; exit}
+          i50 = int((NR*50+99)/100); i99 = int((NR*99+99)/100); printf "%.3f %.3f\n", v[i50]/1000, v[i99]/1000}')
+  printf '  %9d %11.3f %11.3f %12.3f %12.3f %12.3f %15.3f %9d\n' "$rate" "$fp50" "$fp99" "$lp50" "$lp99" \
+    "$(echo "$fp99 - $lp99" | bc -l)" "$pp99" "$n"
+done
+} | tee "$report"
+echo
+echo "saved in $report"

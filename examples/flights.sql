@@ -1,0 +1,70 @@
+-- examples/flights.sql: the flight-tracking pipeline of the demo.
+--
+--   psql -v bootstrap=127.0.0.1:9092 -f examples/flights.sql
+--
+-- Needs sdp_ext created in sdp.database, and a Kafka topic raw-flights with
+-- JSON aircraft positions (tools/flight_sim produces them).
+
+-- Monitored terminal areas (boxes around real airports), edited live by users.
+CREATE TABLE zones (
+    zone     text PRIMARY KEY,
+    min_lat  float8 NOT NULL,
+    max_lat  float8 NOT NULL,
+    min_lon  float8 NOT NULL,
+    max_lon  float8 NOT NULL,
+    capacity int NOT NULL
+);
+INSERT INTO zones VALUES
+    ('London TMA',     51.00,  52.05,   -0.95,   0.75, 12),
+    ('Paris TMA',      48.55,  49.25,    1.95,   2.95, 10),
+    ('Amsterdam TMA',  51.90,  52.60,    4.20,   5.20,  8),
+    ('Frankfurt TMA',  49.70,  50.40,    8.10,   9.00,  8),
+    ('Munich TMA',     48.05,  48.65,   11.35,  12.20,  6),
+    ('New York TMA',   40.40,  41.10,  -74.50, -73.00, 12),
+    ('Chicago TMA',    41.60,  42.30,  -88.40, -87.50, 10),
+    ('Madrid TMA',     40.20,  40.80,   -3.95,  -3.20,  6);
+
+-- The latest position of every aircraft, enriched.
+CREATE TABLE positions (
+    icao24       text PRIMARY KEY,
+    callsign     text,
+    lat          float8,
+    lon          float8,
+    baro_alt     float8,          -- feet
+    vert_rate    float8,          -- feet per minute
+    squawk       text,
+    velocity     float8,          -- knots
+    heading      float8,
+    poller_ts    timestamptz,
+    flight_phase text,
+    squawk_alert text,
+    zone         text,
+    updated_at   timestamptz
+);
+
+SELECT sdp_create_source('flights', :'bootstrap', 'raw-flights');
+
+-- Enrich flow (stateless): parse, drop rows without a position or an id,
+-- add flight_phase, squawk_alert and zone, keep the latest row per aircraft.
+SELECT sdp_create_flow('positions_flow', source => 'flights', target => 'positions',
+  schema    => 'icao24 text, callsign text, lat float8, lon float8, baro_alt float8,
+                vert_rate float8, squawk text, velocity float8, heading float8,
+                poller_ts timestamptz',
+  transform => $$
+    SELECT i.icao24, i.callsign, i.lat, i.lon, i.baro_alt, i.vert_rate, i.squawk,
+           i.velocity, i.heading, i.poller_ts,
+           CASE WHEN i.vert_rate > 500  THEN 'climbing'
+                WHEN i.vert_rate < -500 THEN 'descending'
+                WHEN i.baro_alt > 30000 THEN 'cruise'
+                ELSE 'en_route' END AS flight_phase,
+           CASE WHEN i.squawk IN ('7500', '7600', '7700') THEN 'emergency' END AS squawk_alert,
+           z.zone,
+           now() AS updated_at
+      FROM input i
+      LEFT JOIN LATERAL (
+            SELECT zone FROM zones z
+             WHERE i.lat BETWEEN z.min_lat AND z.max_lat
+               AND i.lon BETWEEN z.min_lon AND z.max_lon
+             ORDER BY zone LIMIT 1) z ON true
+     WHERE i.lat IS NOT NULL AND i.icao24 IS NOT NULL $$,
+  options   => '{"mode": "upsert", "progress_interval": "5 seconds"}');

@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# scripts/demo.sh: the live demo of sdp_ext, from a fresh Debian 12 machine.
+#
+# Installs what is missing, builds and installs sdp_ext, then starts a
+# throwaway PostgreSQL (as the postgres OS user, sdp_ext preloaded), the
+# embedded Kafka broker and the flight simulator, declares the flows of
+# examples/flights.sql, and shows the results refreshing live, with each
+# flow's latency percentiles.  Everything it started is stopped when it ends
+# (after DEMO_SECONDS, default 60, or on Ctrl-C).
+#
+#   bash scripts/demo.sh              # run for 60 s
+#   DEMO_SECONDS=600 bash scripts/demo.sh
+#   DEMO_KEEP=1 bash scripts/demo.sh  # keep it running until Ctrl-C, with a psql hint
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/common.sh
+
+seconds=${DEMO_SECONDS:-60}
+aircraft=${DEMO_AIRCRAFT:-600}
+port=${DEMO_PORT:-5488}
+
+sdp_install_packages
+sdp_build_install
+
+dir=$(mktemp -d /tmp/sdp_demo.XXXXXX)
+chown postgres:postgres "$dir" 2>/dev/null || sdp_as_root chown postgres:postgres "$dir"
+pg="$dir/pg"
+pids=()
+
+cleanup() {
+  set +e
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
+  wait 2>/dev/null
+  [ -f "$pg/postmaster.pid" ] && sdp_as_postgres pg_ctl -D "$pg" -m fast stop >/dev/null 2>&1
+  sdp_as_root rm -rf "$dir"
+  sdp_log "demo stopped; nothing left running"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+sdp_log "starting a throwaway PostgreSQL on port $port in $dir"
+sdp_as_postgres initdb -D "$pg" -A trust -U postgres >/dev/null
+cat >> "$pg/postgresql.conf" <<CONF
+shared_preload_libraries = 'sdp_ext'
+sdp.database = 'postgres'
+port = $port
+listen_addresses = ''
+unix_socket_directories = '$dir'
+max_worker_processes = 16
+CONF
+sdp_as_postgres pg_ctl -D "$pg" -l "$dir/postgres.log" -w start >/dev/null
+psql_demo() { sdp_as_postgres psql -X -q -h "$dir" -p "$port" -U postgres -d postgres "$@"; }
+
+sdp_log "starting the embedded Kafka broker"
+tools/sdp_broker --topic raw-flights:4 --addr-file "$dir/broker.addr" --quiet > "$dir/broker.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 100); do [ -s "$dir/broker.addr" ] && break; sleep 0.1; done
+bootstrap=$(cat "$dir/broker.addr")
+
+sdp_log "declaring the flows (examples/flights.sql) against $bootstrap"
+psql_demo -c 'CREATE EXTENSION sdp_ext' >/dev/null
+psql_demo -v ON_ERROR_STOP=1 -v bootstrap="$bootstrap" -f examples/flights.sql >/dev/null
+
+sdp_log "flying $aircraft aircraft (each reports every second, 10x simulated speed) for $seconds s"
+tools/flight_sim --bootstrap "$bootstrap" --topic raw-flights --aircraft "$aircraft" \
+  --rate "$aircraft" --duration "$seconds" --time-scale 10 --emergency 0.002 --seed "$RANDOM" \
+  --quiet > "$dir/flight_sim.out" 2>&1 &
+sim=$!
+pids+=($sim)
+
+show() {
+  psql_demo <<'SQL'
+\pset footer off
+SELECT now()::time(0) AS "time", count(*) AS aircraft,
+       count(*) FILTER (WHERE flight_phase = 'climbing') AS climbing,
+       count(*) FILTER (WHERE flight_phase = 'cruise') AS cruise,
+       count(*) FILTER (WHERE flight_phase = 'descending') AS descending,
+       count(*) FILTER (WHERE squawk_alert = 'emergency') AS emergencies
+  FROM positions;
+SELECT zone, count(*) AS aircraft_in_zone, min(capacity) AS capacity
+  FROM positions JOIN zones USING (zone) GROUP BY zone ORDER BY 2 DESC;
+SELECT icao24, callsign, round(lat::numeric, 3) AS lat, round(lon::numeric, 3) AS lon,
+       baro_alt, vert_rate, velocity, flight_phase, zone, squawk_alert
+  FROM positions ORDER BY updated_at DESC, icao24 LIMIT 5;
+SELECT flow, state, messages_read, rows_written, rows_dead_lettered, lag FROM sdp.flow_status;
+SELECT flow, p->'inputRowsPerSecond' AS "in/s",
+       p->'latencies'->'e2eLatencyMs'->>'P50' AS e2e_p50_ms,
+       p->'latencies'->'e2eLatencyMs'->>'P99' AS e2e_p99_ms,
+       p->'latencies'->'processingLatencyMs'->>'P99' AS processing_p99_ms
+  FROM (SELECT name AS flow, sdp_flow_progress(name) AS p FROM sdp.flows) s;
+SQL
+}
+
+end=$((SECONDS + seconds))
+while [ $SECONDS -lt $end ] && kill -0 "$sim" 2>/dev/null; do
+  sleep 3
+  printf '\n==== live results (%s s left) ====\n' $((end - SECONDS))
+  show
+done
+printf '\n==== final progress report of positions_flow ====\n'
+psql_demo -At -c "SELECT jsonb_pretty(sdp_flow_progress('positions_flow'))"
+if [ -n "${DEMO_KEEP:-}" ]; then
+  sdp_log "still running; try: sudo -u postgres psql -h $dir -p $port -d postgres  (Ctrl-C here stops everything)"
+  tools/flight_sim --bootstrap "$bootstrap" --topic raw-flights --aircraft "$aircraft" \
+    --rate "$aircraft" --duration 86400 --time-scale 10 --quiet >/dev/null 2>&1 &
+  pids+=($!)
+  while true; do sleep 5; show; done
+fi

@@ -1,0 +1,195 @@
+/*
+ * kafka_floor.c
+ *		The transport floor of the benchmark: a bare librdkafka consumer.
+ *
+ * Reads a topic from its end with the same latency-relevant client settings
+ * as a flow's consumer (fetch.wait.max.ms=1, fetch.min.bytes=1, Nagle off,
+ * manual assignment) and records, for every message, the time from its Kafka
+ * timestamp to its receipt.  That is the least any consumer of that topic can
+ * see on this machine, so a flow's e2eLatencyMs is compared with it.
+ *
+ *   kafka_floor --bootstrap ADDR --topic T --duration SECONDS [--out FILE]
+ *               [-X prop=value]...
+ *
+ * Writes one line per message to --out: "<kafka timestamp ms> <latency us>",
+ * and prints a JSON summary (count, P50, P99 in ms) on stdout at the end.
+ */
+#define _GNU_SOURCE
+#include <librdkafka/rdkafka.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static volatile sig_atomic_t stop_requested = 0;
+
+static void
+on_signal(int sig)
+{
+	stop_requested = 1;
+}
+
+static int64_t
+now_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t) ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+static int
+cmp_i64(const void *a, const void *b)
+{
+	int64_t		x = *(const int64_t *) a;
+	int64_t		y = *(const int64_t *) b;
+
+	return (x > y) - (x < y);
+}
+
+static void
+conf_set(rd_kafka_conf_t *conf, const char *key, const char *value)
+{
+	char		err[512];
+
+	if (rd_kafka_conf_set(conf, key, value, err, sizeof(err)) != RD_KAFKA_CONF_OK)
+	{
+		fprintf(stderr, "kafka_floor: %s\n", err);
+		exit(2);
+	}
+}
+
+int
+main(int argc, char **argv)
+{
+	const char *bootstrap = NULL;
+	const char *topic = NULL;
+	const char *out_path = NULL;
+	double		duration = 10;
+	rd_kafka_conf_t *conf = rd_kafka_conf_new();
+	rd_kafka_t *rk;
+	const struct rd_kafka_metadata *md;
+	rd_kafka_topic_t *rkt;
+	rd_kafka_topic_partition_list_t *parts;
+	char		err[512];
+	FILE	   *out = NULL;
+	int64_t    *lat = NULL;
+	size_t		n = 0,
+				cap = 0;
+	int64_t		end_us;
+
+	conf_set(conf, "group.id", "sdp_ext.kafka_floor");
+	conf_set(conf, "enable.auto.commit", "false");
+	conf_set(conf, "enable.partition.eof", "false");
+	conf_set(conf, "fetch.wait.max.ms", "1");
+	conf_set(conf, "fetch.min.bytes", "1");
+	conf_set(conf, "socket.nagle.disable", "true");
+	conf_set(conf, "reconnect.backoff.max.ms", "1000");
+
+	for (int i = 1; i < argc; i++)
+	{
+		if (strcmp(argv[i], "--bootstrap") == 0 && i + 1 < argc)
+			bootstrap = argv[++i];
+		else if (strcmp(argv[i], "--topic") == 0 && i + 1 < argc)
+			topic = argv[++i];
+		else if (strcmp(argv[i], "--duration") == 0 && i + 1 < argc)
+			duration = atof(argv[++i]);
+		else if (strcmp(argv[i], "--out") == 0 && i + 1 < argc)
+			out_path = argv[++i];
+		else if (strcmp(argv[i], "-X") == 0 && i + 1 < argc)
+		{
+			char	   *kv = strdup(argv[++i]);
+			char	   *eq = strchr(kv, '=');
+
+			if (eq == NULL)
+			{
+				fprintf(stderr, "kafka_floor: -X needs prop=value\n");
+				return 2;
+			}
+			*eq = '\0';
+			conf_set(conf, kv, eq + 1);
+		}
+		else
+		{
+			fprintf(stderr, "usage: kafka_floor --bootstrap ADDR --topic T --duration S [--out FILE] [-X prop=value]...\n");
+			return 2;
+		}
+	}
+	if (bootstrap == NULL || topic == NULL)
+	{
+		fprintf(stderr, "kafka_floor: --bootstrap and --topic are required\n");
+		return 2;
+	}
+	conf_set(conf, "bootstrap.servers", bootstrap);
+	signal(SIGINT, on_signal);
+	signal(SIGTERM, on_signal);
+
+	rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, err, sizeof(err));
+	if (rk == NULL)
+	{
+		fprintf(stderr, "kafka_floor: %s\n", err);
+		return 1;
+	}
+	rd_kafka_poll_set_consumer(rk);
+	rkt = rd_kafka_topic_new(rk, topic, NULL);
+	if (rd_kafka_metadata(rk, 0, rkt, &md, 10000) != RD_KAFKA_RESP_ERR_NO_ERROR ||
+		md->topic_cnt != 1 || md->topics[0].err)
+	{
+		fprintf(stderr, "kafka_floor: no metadata for topic %s\n", topic);
+		return 1;
+	}
+	parts = rd_kafka_topic_partition_list_new(md->topics[0].partition_cnt);
+	for (int i = 0; i < md->topics[0].partition_cnt; i++)
+		rd_kafka_topic_partition_list_add(parts, topic, md->topics[0].partitions[i].id)->offset =
+			RD_KAFKA_OFFSET_END;
+	rd_kafka_metadata_destroy(md);
+	if (rd_kafka_assign(rk, parts) != RD_KAFKA_RESP_ERR_NO_ERROR)
+	{
+		fprintf(stderr, "kafka_floor: assign failed\n");
+		return 1;
+	}
+	if (out_path && (out = fopen(out_path, "w")) == NULL)
+	{
+		perror(out_path);
+		return 1;
+	}
+	printf("{\"ready\": true}\n");
+	fflush(stdout);
+
+	end_us = now_us() + (int64_t) (duration * 1e6);
+	while (!stop_requested && now_us() < end_us)
+	{
+		rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 100);
+		int64_t		received,
+					ts;
+
+		if (m == NULL)
+			continue;
+		received = now_us();
+		if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR &&
+			(ts = rd_kafka_message_timestamp(m, NULL)) > 0)
+		{
+			if (n == cap)
+			{
+				cap = cap ? cap * 2 : 1 << 16;
+				lat = realloc(lat, cap * sizeof(int64_t));
+			}
+			lat[n++] = received - ts * 1000;
+			if (out)
+				fprintf(out, "%lld %lld\n", (long long) ts, (long long) (received - ts * 1000));
+		}
+		rd_kafka_message_destroy(m);
+	}
+	if (out)
+		fclose(out);
+	qsort(lat, n, sizeof(int64_t), cmp_i64);
+	/* nearest-rank percentiles, as the flows' progress reports compute them */
+	printf("{\"count\": %zu, \"p50_ms\": %.3f, \"p99_ms\": %.3f}\n", n,
+		   n ? lat[(size_t) ((n * 50 + 99) / 100) - 1] / 1000.0 : 0.0,
+		   n ? lat[(size_t) ((n * 99 + 99) / 100) - 1] / 1000.0 : 0.0);
+	rd_kafka_consumer_close(rk);
+	rd_kafka_destroy(rk);
+	return 0;
+}
