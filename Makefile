@@ -22,7 +22,8 @@ PROVE_FLAGS = -I test/perl
 PG_CONFIG ?= pg_config
 
 PG_CFLAGS += -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers \
-	-Wno-sign-compare -Isrc
+	-Wno-sign-compare
+PG_CPPFLAGS += -Isrc
 ifeq ($(CI),true)
 PG_CFLAGS += -Werror -DUSE_ASSERT_CHECKING
 endif
@@ -35,6 +36,9 @@ EXTRA_CLEAN = $(TOOLS) tmp_check_regress results regression.diffs regression.out
 
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
+
+# every object depends on every header: rebuild all when a struct changes
+$(OBJS): $(wildcard src/*.h)
 
 all: tools
 .PHONY: tools

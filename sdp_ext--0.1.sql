@@ -55,26 +55,43 @@ GRANT SELECT ON sdp.flows TO PUBLIC;
 
 -- The next Kafka offset of every partition a flow has consumed, written in
 -- the same transaction as the flow's target rows (exactly-once).
+-- state_offset is where a stateful flow's last state checkpoint stands: it
+-- restarts there with that state and replays what follows.
 -- A flow re-created under the same name gets a new id, so a worker of the
 -- old flow that is still stopping can never write the new flow's offsets.
 CREATE TABLE sdp.offsets (
-    flow_id     bigint NOT NULL REFERENCES sdp.flows (id) ON DELETE CASCADE,
-    partition   integer NOT NULL,
-    next_offset bigint NOT NULL,
-    updated_at  timestamptz NOT NULL DEFAULT now(),
+    flow_id      bigint NOT NULL REFERENCES sdp.flows (id) ON DELETE CASCADE,
+    partition    integer NOT NULL,
+    next_offset  bigint NOT NULL,
+    state_offset bigint,
+    updated_at   timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (flow_id, partition)
+);
+
+-- The checkpointed state of stateful flows, one row per key, written with
+-- the offsets it corresponds to (sdp.offsets.state_offset).  Rows go with
+-- their flow in sdp_drop_flow.
+CREATE TABLE sdp.state_checkpoints (
+    flow_id    bigint NOT NULL,
+    key        text NOT NULL,
+    state      bytea NOT NULL,
+    updated_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (flow_id, key)
 );
 GRANT SELECT ON sdp.offsets TO PUBLIC;
 
 -- Messages a flow could not process, with where they came from and why.
 -- Each role sees the dead letters of the flows it owns.
+-- A row an operator emitted and the target refused has no partition and
+-- offset: it comes from no single message (its payload is the row as JSON).
 CREATE TABLE sdp.dead_letters (
     id              bigserial PRIMARY KEY,
+    flow_id         bigint,
     flow            text NOT NULL,
     owner           name NOT NULL,
-    kafka_topic     text NOT NULL,
-    kafka_partition integer NOT NULL,
-    kafka_offset    bigint NOT NULL,
+    kafka_topic     text,
+    kafka_partition integer,
+    kafka_offset    bigint,
     kafka_key       text,
     kafka_timestamp timestamptz,
     payload         bytea,
@@ -85,6 +102,9 @@ CREATE TABLE sdp.dead_letters (
     created_at      timestamptz NOT NULL DEFAULT now()
 );
 CREATE INDEX ON sdp.dead_letters (flow, kafka_partition, kafka_offset);
+-- a message replayed after a restart is dead-lettered once
+CREATE UNIQUE INDEX dead_letters_message ON sdp.dead_letters (flow_id, kafka_partition, kafka_offset)
+    WHERE kafka_offset IS NOT NULL;
 ALTER TABLE sdp.dead_letters ENABLE ROW LEVEL SECURITY;
 CREATE POLICY dead_letters_owner ON sdp.dead_letters
     USING (pg_has_role(owner, 'MEMBER'));
@@ -95,6 +115,7 @@ SELECT pg_catalog.pg_extension_config_dump('sdp.sources', '');
 SELECT pg_catalog.pg_extension_config_dump('sdp.flows', '');
 SELECT pg_catalog.pg_extension_config_dump('sdp.flows_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('sdp.offsets', '');
+SELECT pg_catalog.pg_extension_config_dump('sdp.state_checkpoints', '');
 SELECT pg_catalog.pg_extension_config_dump('sdp.dead_letters', '');
 SELECT pg_catalog.pg_extension_config_dump('sdp.dead_letters_id_seq', '');
 
@@ -134,8 +155,16 @@ CREATE FUNCTION sdp_flow_runtime(
     OUT last_commit_at timestamptz,
     OUT broker_ok boolean, OUT broker_error text, OUT broker_error_at timestamptz,
     OUT last_error text, OUT last_error_at timestamptz,
-    OUT started_at timestamptz, OUT restarts integer)
+    OUT started_at timestamptz, OUT restarts integer,
+    OUT state_bytes bigint, OUT timers_fired bigint, OUT last_checkpoint_at timestamptz)
 RETURNS SETOF record LANGUAGE C STRICT AS 'MODULE_PATHNAME', 'sdp_flow_runtime';
+
+-- The state of a running stateful flow, read live from shared memory: per
+-- key, each value state, the map state and the pending timers, as jsonb.
+CREATE FUNCTION sdp_flow_state(name text, OUT key text, OUT state text, OUT value jsonb)
+RETURNS SETOF record LANGUAGE C STRICT AS 'MODULE_PATHNAME', 'sdp_flow_state';
+COMMENT ON FUNCTION sdp_flow_state(text) IS
+  'live state of a stateful flow: key, state name, value (jsonb)';
 
 CREATE FUNCTION sdp_flow_partitions(flow text,
     OUT partition integer, OUT committed_offset bigint, OUT high_watermark bigint)
@@ -175,7 +204,10 @@ SELECT f.name AS flow,
        CASE WHEN f.failed_at IS NOT NULL THEN f.last_error ELSE r.last_error END AS last_error,
        CASE WHEN f.failed_at IS NOT NULL THEN f.failed_at ELSE r.last_error_at END AS last_error_at,
        r.started_at,
-       coalesce(r.restarts, 0) AS restarts
+       coalesce(r.restarts, 0) AS restarts,
+       r.state_bytes,
+       r.timers_fired,
+       r.last_checkpoint_at
   FROM sdp.flows f
   JOIN sdp.sources s ON s.name = f.source
   LEFT JOIN sdp_flow_runtime() r ON r.flow = f.name

@@ -68,3 +68,25 @@ SELECT sdp_create_flow('positions_flow', source => 'flights', target => 'positio
              ORDER BY zone LIMIT 1) z ON true
      WHERE i.lat IS NOT NULL AND i.icao24 IS NOT NULL $$,
   options   => '{"mode": "upsert", "progress_interval": "5 seconds"}');
+
+-- How many aircraft are in each zone now, and whether it is crowded.
+CREATE TABLE zone_alerts (
+    zone           text PRIMARY KEY,
+    aircraft_count bigint NOT NULL,
+    crowded        boolean NOT NULL,
+    updated_at     timestamptz NOT NULL
+);
+
+-- Zone congestion flow (stateful, processing time): per zone, the aircraft
+-- seen in the last 30 seconds; one sweep timer per zone evicts the others;
+-- the count is upserted whenever it changes, crowded past the capacity.
+SELECT sdp_create_flow('zone_congestion_flow', source => 'flights', target => 'zone_alerts',
+  schema    => 'icao24 text, lat float8, lon float8',
+  transform => $$SELECT z.zone, i.icao24, z.capacity FROM input i
+                 JOIN zones z ON i.lat BETWEEN z.min_lat AND z.max_lat
+                             AND i.lon BETWEEN z.min_lon AND z.max_lon$$,
+  operator  => 'active_count',
+  options   => '{"key": "zone", "member": "icao24", "ttl": "30 seconds",
+                 "capacity_column": "capacity", "count_column": "aircraft_count",
+                 "alert_column": "crowded", "time_column": "updated_at",
+                 "progress_interval": "5 seconds"}');

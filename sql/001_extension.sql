@@ -30,6 +30,7 @@ SHOW sdp.database;
 SHOW sdp.max_flows;
 SHOW sdp.launcher_naptime;
 SHOW sdp.max_batch_rows;
+SHOW sdp.state_memory_limit;
 SELECT name, context, vartype FROM pg_settings WHERE name LIKE 'sdp.%' ORDER BY name;
 SET sdp.max_flows = 3;            -- postmaster-level: refused
 SET sdp.no_such_setting = 1;      -- the prefix is reserved: refused

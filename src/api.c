@@ -296,27 +296,27 @@ sdp_create_flow(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("unknown option \"%.*s\"", v.val.string.len, v.val.string.val),
-				 errhint("Flow options are mode, on_error, workers, checkpoint_interval, synchronous_commit, max_batch_rows, max_batch_wait and progress_interval.")));
+				 errhint("Flow options are mode, on_error, workers, checkpoint_interval, state_memory_limit, synchronous_commit, max_batch_rows, max_batch_wait and progress_interval; operators take more.")));
 	}
 
 	schema = sdp_parse_input_schema(schema_text);
-
-	/* The target, and the write mode: upsert when it has a primary key, unless told. */
-	rel = relation_open(target, AccessShareLock);
-	target_name = quote_qualified_identifier(get_namespace_name(RelationGetNamespace(rel)),
-											 RelationGetRelationName(rel));
-	has_pk = OidIsValid(sdp_target_primary_key(rel, &npk, &pk));
-	relation_close(rel, AccessShareLock);
-	if (!opts.mode_given)
-		opts.mode = has_pk ? SDP_MODE_UPSERT : SDP_MODE_APPEND;
 
 	/* Prepare what the worker will run, as the owner: this is where a bad declaration is refused. */
 	PushActiveSnapshot(GetTransactionSnapshot());
 	sdp_transform_prepare(&transform, schema, transform_sql);
 	sdp_transform_check_runs(&transform);
+
+	/* The target; the operator's rows are written, if any; upsert when it has a primary key, unless told. */
+	rel = relation_open(target, AccessShareLock);
+	target_name = quote_qualified_identifier(get_namespace_name(RelationGetNamespace(rel)),
+											 RelationGetRelationName(rel));
+	has_pk = OidIsValid(sdp_target_primary_key(rel, &npk, &pk));
 	write_desc = transform.result_desc;
 	if (op)
-		write_desc = op->validate(transform.result_desc, opts.operator_options, target, &opts);
+		write_desc = op->validate(transform.result_desc, opts.operator_options, rel, &opts);
+	relation_close(rel, AccessShareLock);
+	if (!opts.mode_given)
+		opts.mode = has_pk ? SDP_MODE_UPSERT : SDP_MODE_APPEND;
 	sdp_sink_prepare(&sink, target, opts.mode, write_desc, transform_sql == NULL && op == NULL);
 	sdp_sink_check_privileges(&sink, GetUserId());
 	PopActiveSnapshot();
@@ -386,6 +386,7 @@ sdp_stop_flow(PG_FUNCTION_ARGS)
 Datum
 sdp_drop_flow(PG_FUNCTION_ARGS)
 {
-	change_flow(fcinfo, "DELETE FROM sdp.flows WHERE name = $1");
+	change_flow(fcinfo, "WITH f AS (DELETE FROM sdp.flows WHERE name = $1 RETURNING id) "
+				"DELETE FROM sdp.state_checkpoints WHERE flow_id IN (SELECT id FROM f)");
 	PG_RETURN_VOID();
 }

@@ -38,6 +38,7 @@ typedef struct SdpFlowOptions
 	int			max_batch_rows;
 	int			max_batch_wait_ms;
 	int			progress_interval_ms;
+	int			state_memory_limit_kb;
 	Jsonb	   *operator_options;	/* the keys the flow itself does not know */
 } SdpFlowOptions;
 

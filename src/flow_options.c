@@ -100,6 +100,21 @@ int_option(const char *option, const char *text, int min, int max)
 	return (int) v;
 }
 
+/* A memory size option ('64MB', '512kB', or a number of kB), at least 1 MB. */
+static int
+memory_option_kb(const char *option, const char *text)
+{
+	int			kb;
+	const char *hint;
+
+	if (!parse_int(text, &kb, GUC_UNIT_KB, &hint) || kb < 1024)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("option \"%s\" must be a memory size of at least 1MB, not \"%s\"", option, text),
+				 errhint("E.g. '64MB' or '1GB'.")));
+	return kb;
+}
+
 const char *
 sdp_write_mode_name(SdpWriteMode mode)
 {
@@ -129,6 +144,7 @@ sdp_parse_flow_options(Jsonb *options, SdpFlowOptions *opts)
 	opts->max_batch_rows = sdp_default_max_batch_rows;
 	opts->max_batch_wait_ms = 0;
 	opts->progress_interval_ms = 10000;
+	opts->state_memory_limit_kb = sdp_default_state_memory_limit_kb;
 
 	if (options == NULL)
 		return;
@@ -196,6 +212,8 @@ sdp_parse_flow_options(Jsonb *options, SdpFlowOptions *opts)
 			opts->progress_interval_ms = Max(100, sdp_interval_option_ms(key, jsonb_scalar_text(key, &v)));
 		else if (strcmp(key, "max_batch_wait") == 0)
 			opts->max_batch_wait_ms = Min(60000, sdp_interval_option_ms(key, jsonb_scalar_text(key, &v)));
+		else if (strcmp(key, "state_memory_limit") == 0)
+			opts->state_memory_limit_kb = memory_option_kb(key, jsonb_scalar_text(key, &v));
 		else if (strcmp(key, "max_batch_rows") == 0)
 			opts->max_batch_rows = int_option(key, jsonb_scalar_text(key, &v), 1, 1000000);
 		else if (strcmp(key, "synchronous_commit") == 0)

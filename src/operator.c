@@ -1,13 +1,31 @@
 /*
  * operator.c
- *		The registry of stateful operators a flow can name.
+ *		The operator framework: the registry, grouping rows by key, timers,
+ *		and emitted rows.  See operator.h for the interface operators implement.
+ *
+ * Timers are kept twice: in each key's state (what is checkpointed and what
+ * sdp_flow_state shows) and in a worker-local pairing heap per time kind,
+ * ordered by time, to find the due ones without scanning every key.  The
+ * heap is rebuilt from the state after a restore; a timer deleted from a
+ * key stays in the heap until it comes up and is then skipped.
  */
 #include "operator.h"
 
+#include "access/htup_details.h"
 #include "lib/stringinfo.h"
+#include "utils/builtins.h"
+#include "utils/hsearch.h"
+#include "utils/jsonb.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/timestamp.h"
+
+extern const SdpOperator sdp_active_count_operator;
+extern const SdpOperator sdp_window_agg_operator;
 
 /* Every operator, by name.  Adding an operator is one file and one line here. */
 static const SdpOperator *const operators[] = {
+	&sdp_active_count_operator,
 	NULL
 };
 
@@ -28,7 +46,323 @@ sdp_operator_names(void)
 	initStringInfo(&buf);
 	for (int i = 0; operators[i] != NULL; i++)
 		appendStringInfo(&buf, "%s%s", i > 0 ? ", " : "", operators[i]->name);
-	if (buf.len == 0)
-		appendStringInfoString(&buf, "none in this version");
 	return buf.data;
+}
+
+/* ---- helpers for validate ---- */
+
+/* The 0-based position of a column of desc, or -1 (an error when required). */
+int
+sdp_operator_column(TupleDesc desc, const char *name, const char *option, bool required)
+{
+	for (int i = 0; i < desc->natts; i++)
+		if (!TupleDescAttr(desc, i)->attisdropped &&
+			strcmp(NameStr(TupleDescAttr(desc, i)->attname), name) == 0)
+			return i;
+	if (required)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_COLUMN),
+				 errmsg("column \"%s\" named by option \"%s\" is not produced by the transform", name, option),
+				 errhint("Options name columns of the transform's output (or of the input schema when there is no transform).")));
+	return -1;
+}
+
+/* An operator option as text, or NULL when absent. */
+char *
+sdp_operator_option(Jsonb *options, const char *key)
+{
+	JsonbValue	k;
+	JsonbValue *v;
+
+	if (options == NULL)
+		return NULL;
+	k.type = jbvString;
+	k.val.string.val = (char *) key;
+	k.val.string.len = strlen(key);
+	v = findJsonbValueFromContainer(&options->root, JB_FOBJECT, &k);
+	if (v == NULL || v->type == jbvNull)
+		return NULL;
+	switch (v->type)
+	{
+		case jbvString:
+			return pnstrdup(v->val.string.val, v->val.string.len);
+		case jbvNumeric:
+			return DatumGetCString(DirectFunctionCall1(numeric_out, NumericGetDatum(v->val.numeric)));
+		case jbvBool:
+			return pstrdup(v->val.boolean ? "true" : "false");
+		default:
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("option \"%s\" must be a string, a number or a boolean", key)));
+	}
+	return NULL;
+}
+
+/* Refuse option keys that neither the flow nor the operator knows. */
+void
+sdp_operator_check_options(Jsonb *options, const char *operator_name, const char *const *known)
+{
+	JsonbIterator *it;
+	JsonbValue	v;
+	JsonbIteratorToken tok;
+
+	if (options == NULL)
+		return;
+	it = JsonbIteratorInit(&options->root);
+	while ((tok = JsonbIteratorNext(&it, &v, true)) != WJB_DONE)
+	{
+		bool		ok = false;
+		char	   *key;
+
+		if (tok != WJB_KEY)
+			continue;
+		key = pnstrdup(v.val.string.val, v.val.string.len);
+		for (int i = 0; known[i] != NULL; i++)
+			ok |= (strcmp(known[i], key) == 0);
+		if (!ok)
+		{
+			StringInfoData names;
+
+			initStringInfo(&names);
+			for (int i = 0; known[i] != NULL; i++)
+				appendStringInfo(&names, "%s%s", i > 0 ? ", " : "", known[i]);
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("unknown option \"%s\" for operator %s", key, operator_name),
+					 errhint("Options of %s are %s; flow options are mode, on_error, checkpoint_interval, state_memory_limit, synchronous_commit, max_batch_rows, max_batch_wait and progress_interval.",
+							 operator_name, names.data)));
+		}
+	}
+}
+
+/* ---- timers ---- */
+
+typedef struct TimerNode
+{
+	pairingheap_node node;
+	SdpTimer	timer;
+	char		key[SDP_STATE_KEY_MAX];
+} TimerNode;
+
+/* pairingheap keeps the greatest first: the earliest timer is the greatest */
+static int
+timer_compare(const pairingheap_node *a, const pairingheap_node *b, void *arg)
+{
+	const TimerNode *x = pairingheap_const_container(TimerNode, node, a);
+	const TimerNode *y = pairingheap_const_container(TimerNode, node, b);
+
+	if (x->timer.when < y->timer.when)
+		return 1;
+	if (x->timer.when > y->timer.when)
+		return -1;
+	return 0;
+}
+
+static void
+index_timer(SdpOperatorContext *ctx, const char *key, const SdpTimer *timer)
+{
+	TimerNode  *n = MemoryContextAllocZero(TopMemoryContext, sizeof(TimerNode));
+
+	n->timer = *timer;
+	strlcpy(n->key, key, SDP_STATE_KEY_MAX);
+	pairingheap_add(ctx->timers[timer->kind], &n->node);
+}
+
+void
+sdp_timer_register(SdpOperatorContext *ctx, SdpKeyState *key, SdpTimeKind kind,
+				   TimestampTz when, int64 tag)
+{
+	SdpTimer	t;
+
+	t.kind = kind;
+	t.when = when;
+	t.tag = tag;
+	if (sdp_state_add_timer(key, kind, when, tag))
+		index_timer(ctx, key->key, &t);
+}
+
+bool
+sdp_timer_delete(SdpOperatorContext *ctx, SdpKeyState *key, SdpTimeKind kind,
+				 TimestampTz when, int64 tag)
+{
+	return sdp_state_remove_timer(key, kind, when, tag);
+}
+
+int
+sdp_timer_list(SdpKeyState *key, SdpTimer *out, int max)
+{
+	int			n = Min(max, key->entry ? key->entry->ntimers : 0);
+
+	for (int i = 0; i < n; i++)
+		out[i] = key->entry->timers[i];
+	return n;
+}
+
+/* Index every pending timer of the store (after a restore). */
+void
+sdp_operator_index_timers(SdpOperatorContext *ctx)
+{
+	dshash_seq_status status;
+	SdpStateEntry *e;
+
+	dshash_seq_init(&status, ctx->store->table, false);
+	while ((e = dshash_seq_next(&status)) != NULL)
+	{
+		for (int i = 0; i < e->ntimers; i++)
+			index_timer(ctx, e->key, &e->timers[i]);
+	}
+	dshash_seq_term(&status);
+}
+
+/* The earliest pending timer of a kind, or DT_NOEND. */
+TimestampTz
+sdp_operator_next_timer(SdpOperatorContext *ctx, SdpTimeKind kind)
+{
+	if (pairingheap_is_empty(ctx->timers[kind]))
+		return DT_NOEND;
+	return pairingheap_container(TimerNode, node, pairingheap_first(ctx->timers[kind]))->timer.when;
+}
+
+/*
+ * Fire every due timer: processing-time timers up to ctx->now, event-time
+ * timers up to ctx->watermark.  A timer that was deleted from its key
+ * meanwhile is skipped.
+ */
+void
+sdp_operator_fire_timers(SdpOperatorContext *ctx)
+{
+	for (int kind = 0; kind < 2; kind++)
+	{
+		TimestampTz upto = (kind == SDP_PROCESSING_TIME) ? ctx->now : ctx->watermark;
+
+		while (!pairingheap_is_empty(ctx->timers[kind]))
+		{
+			TimerNode  *n = pairingheap_container(TimerNode, node, pairingheap_first(ctx->timers[kind]));
+			SdpKeyState ks;
+
+			if (n->timer.when > upto)
+				break;
+			(void) pairingheap_remove_first(ctx->timers[kind]);
+			sdp_state_open_key(ctx->store, n->key, false, &ks);
+			if (ks.entry != NULL && sdp_state_remove_timer(&ks, n->timer.kind, n->timer.when, n->timer.tag))
+			{
+				ctx->timers_fired++;
+				ctx->op->handle_expired_timer(ctx, &ks, &n->timer);
+			}
+			sdp_state_close_key(&ks);
+			pfree(n);
+		}
+	}
+}
+
+/* ---- rows ---- */
+
+SdpOperatorContext *
+sdp_operator_start(const SdpOperator *op, TupleDesc input, TupleDesc output, Jsonb *options,
+				   SdpStateStore *store)
+{
+	SdpOperatorContext *ctx = MemoryContextAllocZero(TopMemoryContext, sizeof(SdpOperatorContext));
+	MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+	Oid			typout;
+	bool		varlena;
+
+	ctx->op = op;
+	ctx->store = store;
+	ctx->input_desc = CreateTupleDescCopy(input);
+	ctx->output_desc = CreateTupleDescCopy(output);
+	ctx->watermark = DT_NOBEGIN;
+	ctx->timers[SDP_PROCESSING_TIME] = pairingheap_allocate(timer_compare, NULL);
+	ctx->timers[SDP_EVENT_TIME] = pairingheap_allocate(timer_compare, NULL);
+	ctx->config = op->init(ctx, options);
+	ctx->key_index = sdp_operator_column(ctx->input_desc, ctx->key_column, "key", true);
+	getTypeOutputInfo(TupleDescAttr(ctx->input_desc, ctx->key_index)->atttypid, &typout, &varlena);
+	fmgr_info(typout, &ctx->key_out);
+	MemoryContextSwitchTo(old);
+	return ctx;
+}
+
+void
+sdp_emit(SdpOperatorContext *ctx, Datum *values, bool *nulls)
+{
+	MemoryContext old = MemoryContextSwitchTo(ctx->emit_cxt);
+
+	ctx->emitted = lappend(ctx->emitted, heap_form_tuple(ctx->output_desc, values, nulls));
+	MemoryContextSwitchTo(old);
+}
+
+typedef struct KeyGroup
+{
+	char		key[SDP_STATE_KEY_MAX];
+	int			first;			/* order of first appearance */
+	int			nrows;
+	int			cap;
+	HeapTuple  *rows;
+} KeyGroup;
+
+/*
+ * Hand the batch's rows to the operator, grouped by key, each group in
+ * arrival order, groups in order of their first row.  Rows whose key is
+ * NULL are skipped.
+ */
+void
+sdp_operator_handle_rows(SdpOperatorContext *ctx, HeapTuple *rows, int n)
+{
+	HASHCTL		hctl;
+	HTAB	   *groups;
+	KeyGroup  **order;
+	int			ngroups = 0;
+
+	if (n == 0)
+		return;
+	memset(&hctl, 0, sizeof(hctl));
+	hctl.keysize = SDP_STATE_KEY_MAX;
+	hctl.entrysize = sizeof(KeyGroup);
+	hctl.hcxt = CurrentMemoryContext;
+	groups = hash_create("sdp key groups", Min(n, 1024), &hctl, HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+	order = palloc(sizeof(KeyGroup *) * n);
+
+	for (int i = 0; i < n; i++)
+	{
+		bool		isnull;
+		Datum		d = heap_getattr(rows[i], ctx->key_index + 1, ctx->input_desc, &isnull);
+		char		buf[SDP_STATE_KEY_MAX];
+		char	   *text;
+		KeyGroup   *g;
+		bool		found;
+
+		if (isnull)
+			continue;
+		text = OutputFunctionCall(&ctx->key_out, d);
+		if (strlen(text) >= SDP_STATE_KEY_MAX)
+			ereport(ERROR,
+					(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+					 errmsg("key \"%.40s...\" is longer than %d bytes", text, SDP_STATE_KEY_MAX - 1)));
+		memset(buf, 0, sizeof(buf));
+		strlcpy(buf, text, sizeof(buf));
+		g = hash_search(groups, buf, HASH_ENTER, &found);
+		if (!found)
+		{
+			g->first = ngroups;
+			g->nrows = 0;
+			g->cap = 4;
+			g->rows = palloc(sizeof(HeapTuple) * g->cap);
+			order[ngroups++] = g;
+		}
+		if (g->nrows == g->cap)
+		{
+			g->cap *= 2;
+			g->rows = repalloc(g->rows, sizeof(HeapTuple) * g->cap);
+		}
+		g->rows[g->nrows++] = rows[i];
+	}
+
+	for (int i = 0; i < ngroups; i++)
+	{
+		SdpKeyState ks;
+
+		sdp_state_open_key(ctx->store, order[i]->key, true, &ks);
+		ctx->op->handle_rows(ctx, &ks, order[i]->rows, order[i]->nrows);
+		sdp_state_close_key(&ks);
+	}
+	hash_destroy(groups);
 }

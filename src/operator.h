@@ -1,25 +1,118 @@
 /*
  * operator.h
- *		Stateful operators of flows, behind one interface (operator.c).
+ *		The stateful operator interface (the shape of Spark's StatefulProcessor).
+ *
+ * A flow may name an operator.  Its transform's rows then go to the operator
+ * instead of the target, grouped by a key column, and what the operator
+ * emits is written to the target (upserted on its primary key).
+ *
+ * An operator is one C file (src/operators/) that fills an SdpOperator and
+ * one line in operator.c's registry; the worker loop does not change.  It
+ * implements:
+ *
+ *	validate(input, options, target, opts)
+ *		At sdp_create_flow: check the operator's options against the
+ *		transform's columns (input) and the target; return the descriptor of
+ *		the rows it emits.  Raise errors with specific SQLSTATEs.
+ *	init(ctx, options)
+ *		At worker start: parse the (already validated) options into a private
+ *		config, returned and kept in ctx->config; set ctx->key_column.
+ *	handle_rows(ctx, key, rows, n)
+ *		The batch's rows of one key, in arrival order.  The key's state is
+ *		locked for the call.
+ *	handle_expired_timer(ctx, key, timer)
+ *		A timer of the key is due: processing-time timers when the clock
+ *		passes them, event-time timers when the watermark does.
+ *
+ * Per key the operator has (operator.c, state_store.c):
+ *	value state		sdp_state_get_value / set_value / clear_value: SDP_STATE_VALUES int64s
+ *	map state		sdp_state_map_get / put / remove / count / visit: member -> value
+ *					of map_value_len bytes
+ *	timers			sdp_timer_register / sdp_timer_delete / sdp_timer_list
+ *	time			ctx->now (processing time of this step), ctx->watermark
+ *	output			sdp_emit(ctx, values, nulls): a row of the emitted descriptor
+ *
+ * A key whose value states, map and timers are all empty is deleted.  State
+ * lives in shared memory, within the flow's state_memory_limit, is readable
+ * from SQL (sdp_flow_state) and is checkpointed with the source offsets it
+ * corresponds to; after a restart it is restored and the messages after the
+ * checkpoint are replayed, so emissions must be idempotent upserts.
  */
 #ifndef SDP_OPERATOR_H
 #define SDP_OPERATOR_H
 
 #include "flow.h"
+#include "state_store.h"
 
-typedef struct SdpOperator
+#include "access/htup.h"
+#include "fmgr.h"
+#include "lib/pairingheap.h"
+#include "utils/relcache.h"
+
+typedef struct SdpOperator SdpOperator;
+
+typedef struct SdpOperatorContext
+{
+	const SdpOperator *op;
+	void	   *config;			/* the operator's parsed options */
+	SdpStateStore *store;
+	TupleDesc	input_desc;		/* the transform's rows */
+	TupleDesc	output_desc;	/* the emitted rows */
+	const char *key_column;		/* set by init */
+	int			key_index;		/* 0-based, in input_desc */
+	FmgrInfo	key_out;		/* output function of the key column */
+
+	TimestampTz now;			/* processing time of the current step */
+	TimestampTz watermark;		/* event time watermark, DT_NOBEGIN until known */
+
+	MemoryContext emit_cxt;		/* where emitted rows live (the batch) */
+	List	   *emitted;		/* HeapTuple */
+
+	pairingheap *timers[2];		/* pending timers by time, per SdpTimeKind */
+	int64		timers_fired;
+} SdpOperatorContext;
+
+struct SdpOperator
 {
 	const char *name;
+	int			map_value_len;
+	const char *value_names[SDP_STATE_VALUES];	/* for sdp_flow_state; NULL: unused */
+	const char *map_name;
 
-	/*
-	 * Check the operator's options against the transform's output and the
-	 * target at declaration time; return the descriptor of the rows the
-	 * operator emits (what is written into the target).
-	 */
-	TupleDesc	(*validate) (TupleDesc input, Jsonb *options, Oid target, SdpFlowOptions *opts);
-} SdpOperator;
+	TupleDesc	(*validate) (TupleDesc input, Jsonb *options, Relation target, SdpFlowOptions *opts);
+	void	   *(*init) (SdpOperatorContext *ctx, Jsonb *options);
+	void		(*handle_rows) (SdpOperatorContext *ctx, SdpKeyState *key, HeapTuple *rows, int nrows);
+	void		(*handle_expired_timer) (SdpOperatorContext *ctx, SdpKeyState *key, const SdpTimer *timer);
+	/* a value state and a map value as jsonb text, for sdp_flow_state */
+	char	   *(*describe_value) (int idx, int64 value);
+	char	   *(*describe_map_value) (const void *value);
+};
 
+/* registry (operator.c) */
 extern const SdpOperator *sdp_find_operator(const char *name);
 extern const char *sdp_operator_names(void);
+
+/* what operators call */
+extern void sdp_emit(SdpOperatorContext *ctx, Datum *values, bool *nulls);
+extern void sdp_timer_register(SdpOperatorContext *ctx, SdpKeyState *key, SdpTimeKind kind,
+							   TimestampTz when, int64 tag);
+extern bool sdp_timer_delete(SdpOperatorContext *ctx, SdpKeyState *key, SdpTimeKind kind,
+							 TimestampTz when, int64 tag);
+extern int	sdp_timer_list(SdpKeyState *key, SdpTimer *out, int max);
+
+/* what the worker calls */
+extern SdpOperatorContext *sdp_operator_start(const SdpOperator *op, TupleDesc input,
+											  TupleDesc output, Jsonb *options,
+											  SdpStateStore *store);
+extern void sdp_operator_handle_rows(SdpOperatorContext *ctx, HeapTuple *rows, int n);
+extern void sdp_operator_fire_timers(SdpOperatorContext *ctx);
+extern TimestampTz sdp_operator_next_timer(SdpOperatorContext *ctx, SdpTimeKind kind);
+extern void sdp_operator_index_timers(SdpOperatorContext *ctx);
+
+/* helpers for validate */
+extern int	sdp_operator_column(TupleDesc desc, const char *name, const char *option, bool required);
+extern char *sdp_operator_option(Jsonb *options, const char *key);
+extern void sdp_operator_check_options(Jsonb *options, const char *operator_name,
+									   const char *const *known);
 
 #endif							/* SDP_OPERATOR_H */

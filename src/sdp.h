@@ -40,6 +40,7 @@ extern char *sdp_database;
 extern int	sdp_max_flows;
 extern int	sdp_launcher_naptime_ms;
 extern int	sdp_default_max_batch_rows;
+extern int	sdp_default_state_memory_limit_kb;
 
 /*
  * The life of a flow, as shown in sdp.flow_status.  STOPPED and FAILED are
@@ -139,6 +140,13 @@ typedef struct SdpFlowSlot
 
 	SdpProgress progress;
 
+	/* stateful flows: where their state store is, and how it is doing */
+	uint32		state_area;		/* dsa_handle, 0 when none */
+	uint64		state_table;	/* dshash_table_handle */
+	uint64		state_bytes;
+	uint64		timers_fired;
+	TimestampTz last_checkpoint_at;
+
 	int			npartitions;
 	SdpPartitionStat partitions[SDP_MAX_PARTITIONS];
 } SdpFlowSlot;
@@ -146,6 +154,7 @@ typedef struct SdpFlowSlot
 typedef struct SdpShared
 {
 	LWLock	   *lock;
+	int			state_tranche_id;	/* LWLock tranche of the flows' state stores */
 	pid_t		launcher_pid;
 	Latch	   *launcher_latch; /* the launcher's PGPROC latch, or NULL */
 	int			max_flows;

@@ -19,6 +19,7 @@ char	   *sdp_database = NULL;
 int			sdp_max_flows = 16;
 int			sdp_launcher_naptime_ms = 1000;
 int			sdp_default_max_batch_rows = 10000;
+int			sdp_default_state_memory_limit_kb = 256 * 1024;
 
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
@@ -85,6 +86,15 @@ sdp_define_gucs(void)
 							10000, 1, 1000000,
 							PGC_SIGHUP,
 							0,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("sdp.state_memory_limit",
+							"Default upper bound on the shared memory of a stateful flow's state.",
+							"A flow's state_memory_limit option overrides it; past the limit the flow fails, the server does not.",
+							&sdp_default_state_memory_limit_kb,
+							256 * 1024, 1024, INT_MAX / 2,
+							PGC_SIGHUP,
+							GUC_UNIT_KB,
 							NULL, NULL, NULL);
 
 	MarkGUCPrefixReserved("sdp");

@@ -60,6 +60,7 @@ sdp_shmem_startup(void)
 		memset(SdpShmem, 0, sdp_shmem_size());
 		SdpShmem->lock = &(GetNamedLWLockTranche("sdp_ext"))->lock;
 		SdpShmem->max_flows = sdp_max_flows;
+		SdpShmem->state_tranche_id = LWLockNewTrancheId();
 		for (int i = 0; i < sdp_max_flows; i++)
 			SpinLockInit(&SdpShmem->slots[i].mutex);
 	}

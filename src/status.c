@@ -7,6 +7,8 @@
 #include "sdp.h"
 
 #include "access/htup_details.h"
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
 #include "fmgr.h"
 #include "funcapi.h"
 #include "utils/builtins.h"
@@ -14,11 +16,15 @@
 #include "utils/jsonb.h"
 #include "utils/timestamp.h"
 
+#include "operator.h"
+#include "state_store.h"
+
 PG_FUNCTION_INFO_V1(sdp_flow_runtime);
 PG_FUNCTION_INFO_V1(sdp_flow_partitions);
 PG_FUNCTION_INFO_V1(sdp_flow_progress);
+PG_FUNCTION_INFO_V1(sdp_flow_state);
 
-#define RUNTIME_COLS 17
+#define RUNTIME_COLS 20
 
 static Datum
 timestamp_or_null(TimestampTz ts, bool *isnull)
@@ -87,6 +93,12 @@ sdp_flow_runtime(PG_FUNCTION_ARGS)
 		values[i] = timestamp_or_null(copy->started_at, &nulls[i]);
 		i++;
 		values[i++] = Int32GetDatum(copy->restarts);
+		values[i] = Int64GetDatum(copy->state_bytes);
+		nulls[i++] = (copy->state_area == 0);
+		values[i] = Int64GetDatum(copy->timers_fired);
+		nulls[i++] = (copy->state_area == 0);
+		values[i] = timestamp_or_null(copy->last_checkpoint_at, &nulls[i]);
+		i++;
 		Assert(i == RUNTIME_COLS);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
@@ -176,4 +188,141 @@ sdp_flow_progress(PG_FUNCTION_ARGS)
 	appendStringInfoString(&buf, "}}");
 
 	PG_RETURN_DATUM(DirectFunctionCall1(jsonb_in, CStringGetDatum(buf.data)));
+}
+
+typedef struct MapJson
+{
+	StringInfo	buf;
+	const SdpOperator *op;
+	bool		first;
+} MapJson;
+
+static void
+append_member(const char *member, const void *value, void *arg)
+{
+	MapJson    *mj = arg;
+
+	if (!mj->first)
+		appendStringInfoString(mj->buf, ", ");
+	mj->first = false;
+	escape_json(mj->buf, member);
+	appendStringInfoString(mj->buf, ": ");
+	appendStringInfoString(mj->buf, mj->op->describe_map_value ? mj->op->describe_map_value(value) : "null");
+}
+
+static void
+put_state_row(ReturnSetInfo *rsinfo, const char *key, const char *state, const char *json)
+{
+	Datum		values[3];
+	bool		nulls[3] = {false, false, false};
+
+	values[0] = CStringGetTextDatum(key);
+	values[1] = CStringGetTextDatum(state);
+	values[2] = DirectFunctionCall1(jsonb_in, CStringGetDatum(json));
+	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+}
+
+/*
+ * sdp_flow_state(flow): the live state of a running stateful flow, read from
+ * its shared memory: one row per key and state (each value state, the map
+ * state, the pending timers), the value as jsonb.  No rows when the flow is
+ * not running or has no operator.
+ */
+Datum
+sdp_flow_state(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	char	   *name = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	SdpFlowSlot *copy = palloc(sizeof(SdpFlowSlot));
+	const SdpOperator *op = NULL;
+	SdpStateStore *volatile store = NULL;
+	MemoryContext cxt = CurrentMemoryContext;
+	dshash_seq_status status;
+	SdpStateEntry *e;
+	Oid			argtypes[1] = {TEXTOID};
+	Datum		args[1] = {CStringGetTextDatum(name)};
+	int			s;
+
+	sdp_require_shmem();
+	InitMaterializedSRF(fcinfo, 0);
+
+	SPI_connect();
+	if (SPI_execute_with_args("SELECT operator FROM sdp.flows WHERE name = $1", 1, argtypes, args, NULL, true, 1) == SPI_OK_SELECT &&
+		SPI_processed == 1)
+	{
+		char	   *opname = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+
+		if (opname)
+			op = sdp_find_operator(opname);
+	}
+	SPI_finish();
+	MemoryContextSwitchTo(cxt);
+	if (op == NULL)
+		return (Datum) 0;
+
+	LWLockAcquire(SdpShmem->lock, LW_SHARED);
+	s = sdp_slot_find(name);
+	if (s >= 0)
+		sdp_slot_copy(s, copy);
+	LWLockRelease(SdpShmem->lock);
+	if (s < 0 || copy->state_area == 0)
+		return (Datum) 0;
+
+	/* the worker may be exiting: an area that is gone means no state to show */
+	PG_TRY();
+	{
+		store = sdp_state_attach((dsa_handle) copy->state_area, (dshash_table_handle) copy->state_table);
+	}
+	PG_CATCH();
+	{
+		MemoryContextSwitchTo(cxt);
+		FlushErrorState();
+		store = NULL;
+	}
+	PG_END_TRY();
+	if (store == NULL)
+		return (Datum) 0;
+
+	dshash_seq_init(&status, store->table, false);
+	while ((e = dshash_seq_next(&status)) != NULL)
+	{
+		StringInfoData buf;
+
+		for (int i = 0; i < SDP_STATE_VALUES; i++)
+		{
+			if (op->value_names[i] == NULL || (e->values_set & (1u << i)) == 0)
+				continue;
+			put_state_row(rsinfo, e->key, op->value_names[i],
+						  op->describe_value ? op->describe_value(i, e->values[i])
+						  : psprintf(INT64_FORMAT, e->values[i]));
+		}
+		if (DsaPointerIsValid(e->map))
+		{
+			MapJson		mj;
+
+			initStringInfo(&buf);
+			appendStringInfoChar(&buf, '{');
+			mj.buf = &buf;
+			mj.op = op;
+			mj.first = true;
+			sdp_state_map_read(store, e, append_member, &mj);
+			appendStringInfoChar(&buf, '}');
+			put_state_row(rsinfo, e->key, op->map_name ? op->map_name : "map", buf.data);
+		}
+		if (e->ntimers > 0)
+		{
+			initStringInfo(&buf);
+			appendStringInfoChar(&buf, '[');
+			for (int i = 0; i < e->ntimers; i++)
+				appendStringInfo(&buf, "%s{\"kind\": \"%s\", \"at\": \"%s\", \"tag\": " INT64_FORMAT "}",
+								 i > 0 ? ", " : "",
+								 e->timers[i].kind == SDP_EVENT_TIME ? "event_time" : "processing_time",
+								 timestamptz_to_str(e->timers[i].when), e->timers[i].tag);
+			appendStringInfoChar(&buf, ']');
+			put_state_row(rsinfo, e->key, "timers", buf.data);
+		}
+	}
+	dshash_seq_term(&status);
+	sdp_state_detach(store);
+	return (Datum) 0;
 }

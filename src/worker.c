@@ -12,24 +12,17 @@
  * makes a flow exactly-once: after any crash the worker seeks to the offsets
  * that committed with the rows, so every message is in the target once.
  *
- * Bad input never stops the batch.  A message that does not decode is set
- * aside at once.  If the transform or the write raises a data error, the
- * transaction is rolled back and the batch is run again in subtransactions,
- * halving the failing ranges until each bad message is alone; those go to
- * sdp.dead_letters (or are skipped, or fail the flow: option on_error) and
- * the rest commits.  Errors that are not about the data (a missing table, a
- * revoked privilege, a full disk) retry the same batch with backoff instead,
- * so nothing is dead-lettered for the environment's sake.
+ * How a batch is processed, and how bad input is set aside, is batch.c's
+ * business; operators, timers and checkpoints are stateful.c's.
  */
-#include "sdp.h"
+#include "worker.h"
 
 #include <time.h>
 
+#include "access/relation.h"
 #include "access/xact.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_type.h"
-#include "executor/spi.h"
-#include "mb/pg_wchar.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
@@ -48,13 +41,6 @@
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
-#include "flow.h"
-#include "json_decode.h"
-#include "kafka_source.h"
-#include "metrics.h"
-#include "pipeline.h"
-#include "worker.h"
-
 /* Latency samples kept per progress interval. */
 #define SDP_METRICS_CAPACITY	65536
 /* How often the worker refreshes partition high watermarks in its slot. */
@@ -64,83 +50,16 @@
 /* How often it probes a broker it lost. */
 #define SDP_BROKER_PROBE_MS		2000
 
-/* A message set aside: where it came from and why. */
-typedef struct DeadLetter
-{
-	rd_kafka_message_t *msg;
-	const char *stage;
-	char	   *error;
-	int			sqlstate;
-} DeadLetter;
-
-/* One batch of messages, from poll to commit. */
-typedef struct Batch
-{
-	int			nmsgs;
-	rd_kafka_message_t **msgs;
-	int			nrows;			/* decoded messages */
-	HeapTuple  *rows;
-	int		   *row_msg;		/* rows[i] came from msgs[row_msg[i]] */
-	List	   *dead;			/* DeadLetter *, in offset order per stage */
-	int64		rows_out;		/* rows the transform produced */
-	int64		rows_written;
-	int64		rows_skipped;
-	int64		read_us;		/* Unix time (us) when the batch was taken */
-	bool		decoded;		/* decoding happens once, in the first attempt */
-	int			ndead_decode;	/* the first entries of dead are decode failures */
-} Batch;
-
-typedef struct FlowWorker
-{
-	SdpWorkerArgs args;
-	SdpFlowSlot *slot;
-	MemoryContext flow_cxt;		/* the flow's definition and plans: worker lifetime */
-	MemoryContext batch_cxt;	/* reset after every batch */
-
-	SdpSourceDef source;
-	SdpFlowOptions opts;
-	SdpInputSchema *schema;
-	char	   *schema_text;
-	char	   *transform_sql;
-	char	   *target_name;
-	char	   *owner_name;
-	Oid			target;
-	SdpTransform transform;
-	SdpSink		sink;
-
-	SPIPlanPtr	offsets_plan;		/* UPDATE: every batch */
-	SPIPlanPtr	offsets_insert_plan;	/* INSERT: partitions newly assigned */
-	SPIPlanPtr	dead_letter_plan;
-
-	KafkaSource *kafka;
-	int			npartitions;
-	int32	   *partitions;		/* sorted */
-	int64	   *next_offset;	/* per partition: next offset to read (committed) */
-	int			max_partition_id;
-	int		   *partition_index;	/* partition id -> index, -1 if not assigned */
-
-	rd_kafka_message_t **poll_buf;
-	WaitEventSet *wait_set;
-	SdpMetrics	metrics;
-
-	TimestampTz next_progress;
-	TimestampTz next_watermarks;
-	TimestampTz next_partition_refresh;
-	TimestampTz next_broker_probe;
-	int			error_backoff_ms;
-} FlowWorker;
-
 static FlowWorker *W = NULL;
 
 static void worker_on_exit(int code, Datum arg);
 static void worker_load_flow(FlowWorker *w);
 static void worker_open_source(FlowWorker *w);
 static void worker_loop(FlowWorker *w);
-static void worker_fail(FlowWorker *w, const char *message) pg_attribute_noreturn();
 
 /* Unix time in microseconds, the clock Kafka timestamps use. */
-static int64
-unix_now_us(void)
+int64
+sdp_unix_now_us(void)
 {
 	struct timespec ts;
 
@@ -208,8 +127,8 @@ worker_on_exit(int code, Datum arg)
 }
 
 /* Record an error in the slot, for sdp.flow_status. */
-static void
-worker_set_error(FlowWorker *w, const char *message)
+void
+sdp_worker_set_error(FlowWorker *w, const char *message)
 {
 	SpinLockAcquire(&w->slot->mutex);
 	strlcpy(w->slot->last_error, message, SDP_ERROR_LEN);
@@ -222,8 +141,8 @@ worker_set_error(FlowWorker *w, const char *message)
  * launcher does not restart it, even after a server restart) and exit.
  * Called outside any transaction.
  */
-static void
-worker_fail(FlowWorker *w, const char *message)
+void
+sdp_worker_fail(FlowWorker *w, const char *message)
 {
 	SdpCatalogScope scope;
 	Oid			argtypes[2] = {INT8OID, TEXTOID};
@@ -232,7 +151,7 @@ worker_fail(FlowWorker *w, const char *message)
 	ereport(LOG,
 			(errmsg("sdp flow \"%s\" failed: %s", w->args.name, message),
 			 errhint("Fix the cause, then run SELECT sdp_start_flow('%s').", w->args.name)));
-	worker_set_error(w, message);
+	sdp_worker_set_error(w, message);
 
 	StartTransactionCommand();
 	SPI_connect();
@@ -313,6 +232,7 @@ worker_load_flow(FlowWorker *w)
 	w->target_name = spi_text(tup, desc, 2);
 	w->schema_text = spi_text(tup, desc, 3);
 	w->transform_sql = spi_text(tup, desc, 4);
+	w->operator_name = spi_text(tup, desc, 5);
 	flow_options = DatumGetJsonbPCopy(SPI_getbinval(tup, desc, 6, &isnull));
 	enabled = DatumGetBool(SPI_getbinval(tup, desc, 7, &isnull));
 	failed = DatumGetBool(SPI_getbinval(tup, desc, 8, &isnull));
@@ -348,8 +268,24 @@ worker_load_flow(FlowWorker *w)
 					 errmsg("target table %s of the flow does not exist", w->target_name)));
 
 		sdp_transform_prepare(&w->transform, w->schema, w->transform_sql);
-		sdp_sink_prepare(&w->sink, w->target, w->opts.mode, w->transform.result_desc,
-						 w->transform_sql == NULL);
+		if (w->operator_name)
+		{
+			/* a stateful flow: the operator's rows, not the transform's, go to the target */
+			Relation	rel = relation_open(w->target, AccessShareLock);
+			TupleDesc	emitted;
+
+			w->op = sdp_find_operator(w->operator_name);
+			if (w->op == NULL)
+				ereport(ERROR,
+						(errcode(ERRCODE_UNDEFINED_OBJECT),
+						 errmsg("operator \"%s\" does not exist", w->operator_name)));
+			emitted = w->op->validate(w->transform.result_desc, w->opts.operator_options, rel, &w->opts);
+			relation_close(rel, AccessShareLock);
+			sdp_sink_prepare(&w->sink, w->target, w->opts.mode, emitted, false);
+		}
+		else
+			sdp_sink_prepare(&w->sink, w->target, w->opts.mode, w->transform.result_desc,
+							 w->transform_sql == NULL);
 		sdp_sink_check_privileges(&w->sink, GetUserId());
 		if (w->transform.plan)
 			SPI_keepplan(w->transform.plan);
@@ -375,8 +311,8 @@ worker_load_flow(FlowWorker *w)
 	{
 		/* The statements the worker runs on the catalogs, prepared once. */
 		Oid			off_types[3] = {INT8OID, INT4ARRAYOID, INT8ARRAYOID};
-		Oid			dl_types[12] = {TEXTOID, TEXTOID, TEXTOID, INT4OID, INT8OID, TEXTOID,
-			TIMESTAMPTZOID, BYTEAOID, TEXTOID, TEXTOID, TEXTOID, TEXTOID};
+		Oid			dl_types[13] = {TEXTOID, TEXTOID, TEXTOID, INT4OID, INT8OID, TEXTOID,
+			TIMESTAMPTZOID, BYTEAOID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, INT8OID};
 
 		sdp_catalog_enter(&scope);
 		/* offsets rows exist for every assigned partition (assign_partitions), so a batch updates them */
@@ -384,21 +320,31 @@ worker_load_flow(FlowWorker *w)
 									  "FROM unnest($2, $3) AS u(p, o) "
 									  "WHERE o.flow_id = $1 AND o.partition = u.p",
 									  3, off_types);
-		w->offsets_insert_plan = SPI_prepare("INSERT INTO sdp.offsets AS o (flow_id, partition, next_offset, updated_at) "
-											 "SELECT $1, u.p, u.o, now() FROM unnest($2, $3) AS u(p, o) "
+		/* a new partition's state_offset starts where the partition starts, with no state */
+		w->offsets_insert_plan = SPI_prepare("INSERT INTO sdp.offsets AS o (flow_id, partition, next_offset, state_offset, updated_at) "
+											 "SELECT $1, u.p, u.o, u.o, now() FROM unnest($2, $3) AS u(p, o) "
 											 "ON CONFLICT (flow_id, partition) DO UPDATE "
 											 "SET next_offset = EXCLUDED.next_offset, updated_at = EXCLUDED.updated_at",
 											 3, off_types);
-		w->dead_letter_plan = SPI_prepare("INSERT INTO sdp.dead_letters (flow, owner, kafka_topic, kafka_partition, "
+		/* a message replayed after a restart is dead-lettered once */
+		w->dead_letter_plan = SPI_prepare("INSERT INTO sdp.dead_letters (flow_id, flow, owner, kafka_topic, kafka_partition, "
 										  "kafka_offset, kafka_key, kafka_timestamp, payload, payload_text, stage, error, sqlstate) "
-										  "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
-										  12, dl_types);
+										  "VALUES ($13, $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) "
+										  "ON CONFLICT (flow_id, kafka_partition, kafka_offset) WHERE kafka_offset IS NOT NULL "
+										  "DO NOTHING",
+										  13, dl_types);
 		if (w->offsets_plan == NULL || w->offsets_insert_plan == NULL || w->dead_letter_plan == NULL)
 			elog(ERROR, "could not prepare catalog statements: %s", SPI_result_code_string(SPI_result));
 		SPI_keepplan(w->offsets_plan);
 		SPI_keepplan(w->offsets_insert_plan);
 		SPI_keepplan(w->dead_letter_plan);
+		if (w->op)
+			sdp_stateful_prepare_plans(w);
 		sdp_catalog_leave(&scope);
+
+		/* the operator and its state store (the operator reads the catalogs: inside the transaction) */
+		if (w->op)
+			sdp_stateful_start(w, NULL);
 	}
 
 	PopActiveSnapshot();
@@ -407,7 +353,7 @@ worker_load_flow(FlowWorker *w)
 	pgstat_report_activity(STATE_IDLE, NULL);
 
 	if (error)
-		worker_fail(w, error);
+		sdp_worker_fail(w, error);
 
 	/* Safe because offsets commit with the rows: a crash loses a suffix of both. */
 	SetConfigOption("synchronous_commit", w->opts.synchronous_commit, PGC_USERSET, PGC_S_SESSION);
@@ -420,8 +366,8 @@ worker_load_flow(FlowWorker *w)
  * dropped meanwhile (its offsets rows cascade away), the batch fails and
  * nothing of it commits.
  */
-static void
-store_offsets(FlowWorker *w, int n, const int32 *partitions, const int64 *offsets, bool fresh)
+void
+sdp_store_offsets(FlowWorker *w, int n, const int32 *partitions, const int64 *offsets, bool fresh)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	SdpCatalogScope scope;
@@ -505,7 +451,9 @@ assign_partitions(FlowWorker *w, int n, int32 *partitions)
 	PushActiveSnapshot(GetTransactionSnapshot());
 
 	sdp_catalog_enter(&scope);
-	SPI_execute_with_args("SELECT partition, next_offset FROM sdp.offsets WHERE flow_id = $1",
+	/* a stateful flow resumes where its checkpointed state was taken */
+	SPI_execute_with_args(w->op ? "SELECT partition, coalesce(state_offset, next_offset) FROM sdp.offsets WHERE flow_id = $1"
+						  : "SELECT partition, next_offset FROM sdp.offsets WHERE flow_id = $1",
 						  1, argtypes, values, NULL, true, 0);
 	sdp_catalog_leave(&scope);
 
@@ -545,7 +493,7 @@ assign_partitions(FlowWorker *w, int n, int32 *partitions)
 		fresh[nfresh++] = partitions[i];
 	}
 	if (nfresh > 0)
-		store_offsets(w, nfresh, fresh, fresh_off, true);
+		sdp_store_offsets(w, nfresh, fresh, fresh_off, true);
 
 	PopActiveSnapshot();
 	SPI_finish();
@@ -615,6 +563,8 @@ worker_open_source(FlowWorker *w)
 	}
 	set_broker_state(w, true, NULL);
 	MemoryContextSwitchTo(oldcxt);
+	if (w->op)
+		sdp_stateful_restore(w);
 	assign_partitions(w, n, partitions);
 
 	/* One wait set for the whole life of the worker: latch, Kafka's wakeup pipe, postmaster death. */
@@ -622,437 +572,6 @@ worker_open_source(FlowWorker *w)
 	AddWaitEventToSet(w->wait_set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
 	AddWaitEventToSet(w->wait_set, WL_SOCKET_READABLE, kafka_source_event_fd(w->kafka), NULL, NULL);
 	AddWaitEventToSet(w->wait_set, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL, NULL);
-	pgstat_report_activity(STATE_IDLE, NULL);
-}
-
-/* Errors worth isolating to one message: the data was wrong, not the world. */
-static bool
-is_data_error(int sqlerrcode)
-{
-	int			category = ERRCODE_TO_CATEGORY(sqlerrcode);
-
-	return category == ERRCODE_DATA_EXCEPTION ||
-		category == ERRCODE_INTEGRITY_CONSTRAINT_VIOLATION ||
-		category == ERRCODE_CARDINALITY_VIOLATION ||
-		category == ERRCODE_WITH_CHECK_OPTION_VIOLATION ||
-		category == ERRCODE_SQL_ROUTINE_EXCEPTION ||
-		category == ERRCODE_EXTERNAL_ROUTINE_INVOCATION_EXCEPTION ||
-		sqlerrcode == ERRCODE_RAISE_EXCEPTION;
-}
-
-/* Whether Kafka bytes (key, payload) can be stored as text in this database. */
-static bool
-is_valid_text(const void *bytes, size_t len)
-{
-	return bytes != NULL && len < MaxAllocSize &&
-		memchr(bytes, '\0', len) == NULL &&
-		pg_verify_mbstr(GetDatabaseEncoding(), bytes, (int) len, true);
-}
-
-/* Decode every message of the batch; the ones that fail are set aside. */
-static void
-decode_batch(FlowWorker *w, Batch *b)
-{
-	TupleDesc	desc = w->schema->tupdesc;
-	int			natts = desc->natts;
-	int			ncols = w->schema->ncolumns;
-	Datum	   *values = palloc(sizeof(Datum) * natts);
-	bool	   *nulls = palloc(sizeof(bool) * natts);
-	Datum		topic = CStringGetTextDatum(w->source.topic);
-
-	b->rows = palloc(sizeof(HeapTuple) * b->nmsgs);
-	b->row_msg = palloc(sizeof(int) * b->nmsgs);
-	for (int i = 0; i < b->nmsgs; i++)
-	{
-		rd_kafka_message_t *m = b->msgs[i];
-		char	   *error;
-		int			sqlstate;
-		int64		ts;
-		rd_kafka_timestamp_type_t tstype;
-
-		if (!sdp_decode_message(w->schema, m->payload, m->len, values, nulls, &error, &sqlstate))
-		{
-			DeadLetter *dl = palloc(sizeof(DeadLetter));
-
-			dl->msg = m;
-			dl->stage = "decode";
-			dl->error = error;
-			dl->sqlstate = sqlstate;
-			b->dead = lappend(b->dead, dl);
-			continue;
-		}
-		values[ncols + SDP_META_TOPIC] = topic;
-		nulls[ncols + SDP_META_TOPIC] = false;
-		values[ncols + SDP_META_PARTITION] = Int32GetDatum(m->partition);
-		nulls[ncols + SDP_META_PARTITION] = false;
-		values[ncols + SDP_META_OFFSET] = Int64GetDatum(m->offset);
-		nulls[ncols + SDP_META_OFFSET] = false;
-		nulls[ncols + SDP_META_KEY] = !is_valid_text(m->key, m->key_len);
-		if (!nulls[ncols + SDP_META_KEY])
-			values[ncols + SDP_META_KEY] = PointerGetDatum(cstring_to_text_with_len(m->key, (int) m->key_len));
-		ts = rd_kafka_message_timestamp(m, &tstype);
-		nulls[ncols + SDP_META_TIMESTAMP] = (tstype == RD_KAFKA_TIMESTAMP_NOT_AVAILABLE || ts < 0);
-		if (!nulls[ncols + SDP_META_TIMESTAMP])
-			values[ncols + SDP_META_TIMESTAMP] =
-				TimestampTzGetDatum(ts * 1000 - (int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * USECS_PER_DAY);
-
-		b->rows[b->nrows] = heap_form_tuple(desc, values, nulls);
-		b->row_msg[b->nrows] = i;
-		b->nrows++;
-	}
-}
-
-/* Transform and write rows [lo, hi) of the batch. */
-static void
-run_rows(FlowWorker *w, Batch *b, int lo, int hi, const char **stage)
-{
-	HeapTuple  *out;
-	int			nout;
-
-	*stage = "transform";
-	nout = sdp_transform_run(&w->transform, b->rows + lo, hi - lo, &out);
-	b->rows_out += nout;
-	*stage = "write";
-	b->rows_written += sdp_sink_write(&w->sink, out, nout);
-}
-
-/*
- * Run rows [lo, hi) in a subtransaction; when a data error rolls it back,
- * split the range until the bad message is alone, and set it aside.
- * Returns false if on_error = fail met a bad message (*fail_message set).
- */
-static bool
-isolate_rows(FlowWorker *w, Batch *b, int lo, int hi, char **fail_message)
-{
-	MemoryContext cxt = CurrentMemoryContext;
-	ResourceOwner owner = CurrentResourceOwner;
-	const char *volatile stage = "transform";
-	int64		out_before = b->rows_out;
-	int64		written_before = b->rows_written;
-	ErrorData  *edata = NULL;
-
-	BeginInternalSubTransaction(NULL);
-	MemoryContextSwitchTo(cxt);
-	PG_TRY();
-	{
-		run_rows(w, b, lo, hi, (const char **) &stage);
-		ReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(cxt);
-		CurrentResourceOwner = owner;
-	}
-	PG_CATCH();
-	{
-		MemoryContextSwitchTo(cxt);
-		edata = CopyErrorData();
-		FlushErrorState();
-		RollbackAndReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(cxt);
-		CurrentResourceOwner = owner;
-		/* a registration left behind by the failed statement */
-		(void) SPI_unregister_relation(SDP_INPUT_RELATION);
-		(void) SPI_unregister_relation(SDP_OUTPUT_RELATION);
-		if (!is_data_error(edata->sqlerrcode))
-			ReThrowError(edata);
-	}
-	PG_END_TRY();
-
-	if (edata == NULL)
-		return true;
-
-	b->rows_out = out_before;
-	b->rows_written = written_before;
-	if (hi - lo > 1)
-	{
-		int			mid = lo + (hi - lo) / 2;
-
-		return isolate_rows(w, b, lo, mid, fail_message) &&
-			isolate_rows(w, b, mid, hi, fail_message);
-	}
-	else
-	{
-		rd_kafka_message_t *m = b->msgs[b->row_msg[lo]];
-
-		if (w->opts.on_error == SDP_ON_ERROR_FAIL)
-		{
-			*fail_message = psprintf("%s of partition %d offset %lld: %s", stage,
-									 m->partition, (long long) m->offset, edata->message);
-			return false;
-		}
-		if (w->opts.on_error == SDP_ON_ERROR_SKIP)
-			b->rows_skipped++;
-		else
-		{
-			DeadLetter *dl = palloc(sizeof(DeadLetter));
-
-			dl->msg = m;
-			dl->stage = stage;
-			dl->error = pstrdup(edata->message);
-			dl->sqlstate = edata->sqlerrcode;
-			b->dead = lappend(b->dead, dl);
-		}
-	}
-	return true;
-}
-
-/* Write the batch's dead letters (inside the batch's transaction). */
-static void
-write_dead_letters(FlowWorker *w, Batch *b)
-{
-	MemoryContext cxt = CurrentMemoryContext;
-	SdpCatalogScope scope;
-	ListCell   *lc;
-
-	if (b->dead == NIL || w->opts.on_error == SDP_ON_ERROR_SKIP)
-		return;
-	sdp_catalog_enter(&scope);
-	foreach(lc, b->dead)
-	{
-		DeadLetter *dl = lfirst(lc);
-		rd_kafka_message_t *m = dl->msg;
-		Datum		values[12];
-		char		nulls[12];
-		int64		ts;
-		rd_kafka_timestamp_type_t tstype;
-		bytea	   *payload;
-
-		memset(nulls, ' ', sizeof(nulls));
-		values[0] = CStringGetTextDatum(w->args.name);
-		values[1] = CStringGetTextDatum(w->owner_name);
-		values[2] = CStringGetTextDatum(w->source.topic);
-		values[3] = Int32GetDatum(m->partition);
-		values[4] = Int64GetDatum(m->offset);
-		if (is_valid_text(m->key, m->key_len))
-			values[5] = PointerGetDatum(cstring_to_text_with_len(m->key, (int) m->key_len));
-		else
-			nulls[5] = 'n';
-		ts = rd_kafka_message_timestamp(m, &tstype);
-		if (tstype != RD_KAFKA_TIMESTAMP_NOT_AVAILABLE && ts >= 0)
-			values[6] = TimestampTzGetDatum(ts * 1000 - (int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * USECS_PER_DAY);
-		else
-			nulls[6] = 'n';
-		payload = palloc(VARHDRSZ + m->len);
-		SET_VARSIZE(payload, VARHDRSZ + m->len);
-		if (m->len > 0)
-			memcpy(VARDATA(payload), m->payload, m->len);
-		values[7] = PointerGetDatum(payload);
-		if (is_valid_text(m->payload, m->len))
-			values[8] = PointerGetDatum(cstring_to_text_with_len(m->payload, (int) m->len));
-		else
-			nulls[8] = 'n';
-		values[9] = CStringGetTextDatum(dl->stage);
-		values[10] = CStringGetTextDatum(dl->error);
-		values[11] = CStringGetTextDatum(unpack_sql_state(dl->sqlstate));
-		if (SPI_execute_plan(w->dead_letter_plan, values, nulls, false, 0) != SPI_OK_INSERT)
-			elog(ERROR, "could not write a dead letter");
-		MemoryContextSwitchTo(cxt);
-	}
-	sdp_catalog_leave(&scope);
-}
-
-/* The next offset of every partition the batch touched, stored with the rows. */
-static void
-write_batch_offsets(FlowWorker *w, Batch *b, int64 *new_next)
-{
-	int32	   *parts = palloc(sizeof(int32) * w->npartitions);
-	int64	   *offs = palloc(sizeof(int64) * w->npartitions);
-	int			n = 0;
-
-	for (int i = 0; i < w->npartitions; i++)
-		new_next[i] = w->next_offset[i];
-	for (int i = 0; i < b->nmsgs; i++)
-	{
-		rd_kafka_message_t *m = b->msgs[i];
-		int			idx = (m->partition <= w->max_partition_id) ? w->partition_index[m->partition] : -1;
-
-		if (idx >= 0 && m->offset + 1 > new_next[idx])
-			new_next[idx] = m->offset + 1;
-	}
-	for (int i = 0; i < w->npartitions; i++)
-		if (new_next[i] != w->next_offset[i])
-		{
-			parts[n] = w->partitions[i];
-			offs[n] = new_next[i];
-			n++;
-		}
-	if (n > 0)
-		store_offsets(w, n, parts, offs, false);
-}
-
-typedef enum BatchOutcome
-{
-	BATCH_COMMITTED,
-	BATCH_DATA_ERROR,			/* retry isolating the bad messages */
-	BATCH_FAILED				/* on_error = fail met a bad message */
-} BatchOutcome;
-
-/*
- * One attempt at the batch in one transaction: all rows at once (fast path)
- * or with bad messages isolated.  Errors that are not data errors propagate.
- */
-static BatchOutcome
-attempt_batch(FlowWorker *w, Batch *b, bool isolate, int64 *new_next, char **fail_message)
-{
-	MemoryContext cxt = CurrentMemoryContext;
-	volatile BatchOutcome outcome = BATCH_COMMITTED;
-
-	b->rows_out = 0;
-	b->rows_written = 0;
-	b->rows_skipped = 0;
-
-	StartTransactionCommand();
-	PG_TRY();
-	{
-		const char *stage;
-
-		SPI_connect();
-		MemoryContextSwitchTo(cxt);		/* the batch's memory, not SPI's */
-		PushActiveSnapshot(GetTransactionSnapshot());
-
-		/* Decoding needs a transaction too (input functions, error messages read the catalogs). */
-		if (!b->decoded)
-		{
-			decode_batch(w, b);
-			b->decoded = true;
-			b->ndead_decode = list_length(b->dead);
-		}
-		if (b->ndead_decode > 0 && w->opts.on_error == SDP_ON_ERROR_FAIL)
-		{
-			DeadLetter *dl = linitial(b->dead);
-
-			*fail_message = psprintf("decode of partition %d offset %lld: %s", dl->msg->partition,
-									 (long long) dl->msg->offset, dl->error);
-			outcome = BATCH_FAILED;
-		}
-		else if (!isolate)
-			run_rows(w, b, 0, b->nrows, &stage);
-		else if (b->nrows > 0 && !isolate_rows(w, b, 0, b->nrows, fail_message))
-			outcome = BATCH_FAILED;
-		if (outcome == BATCH_COMMITTED)
-		{
-			write_dead_letters(w, b);
-			write_batch_offsets(w, b, new_next);
-		}
-		PopActiveSnapshot();
-		SPI_finish();
-		if (outcome == BATCH_COMMITTED)
-			CommitTransactionCommand();
-		else
-			AbortCurrentTransaction();
-	}
-	PG_CATCH();
-	{
-		ErrorData  *edata;
-
-		MemoryContextSwitchTo(cxt);
-		edata = CopyErrorData();
-		if (isolate || !is_data_error(edata->sqlerrcode))
-			PG_RE_THROW();
-		FlushErrorState();
-		AbortCurrentTransaction();
-		MemoryContextSwitchTo(cxt);
-		outcome = BATCH_DATA_ERROR;
-	}
-	PG_END_TRY();
-	MemoryContextSwitchTo(cxt);
-
-	/* dead letters found while isolating are dropped with a rolled-back attempt */
-	if (outcome != BATCH_COMMITTED)
-		b->dead = list_truncate(b->dead, b->ndead_decode);
-	return outcome;
-}
-
-/*
- * Process one batch to its commit.  Data errors are isolated to messages;
- * other errors are retried with backoff (the batch is kept in memory), so
- * the flow waits out a missing table or a full disk instead of losing data.
- */
-static void
-process_batch(FlowWorker *w, Batch *b)
-{
-	int64	   *new_next = palloc(sizeof(int64) * w->npartitions);
-	char	   *fail_message = NULL;
-	int64		commit_us;
-	int64		decode_dead;
-	volatile BatchOutcome outcome = BATCH_COMMITTED;
-
-	pgstat_report_activity(STATE_RUNNING, "sdp: processing batch");
-
-	for (;;)
-	{
-		MemoryContext cxt = CurrentMemoryContext;
-		volatile bool retry = false;
-
-		PG_TRY();
-		{
-			outcome = attempt_batch(w, b, false, new_next, &fail_message);
-			if (outcome == BATCH_DATA_ERROR)
-				outcome = attempt_batch(w, b, true, new_next, &fail_message);
-		}
-		PG_CATCH();
-		{
-			ErrorData  *edata;
-			char	   *msg;
-
-			MemoryContextSwitchTo(cxt);
-			edata = CopyErrorData();
-			FlushErrorState();
-			AbortCurrentTransaction();
-			MemoryContextSwitchTo(cxt);
-			msg = psprintf("batch of %d messages not written, retrying in %d ms: %s",
-						   b->nmsgs, Max(w->error_backoff_ms, 100), edata->message);
-			ereport(LOG, (errmsg("sdp flow \"%s\": %s", w->args.name, msg)));
-			worker_set_error(w, msg);
-			retry = true;
-		}
-		PG_END_TRY();
-
-		if (!retry)
-			break;
-		/* wait, staying responsive to stop requests, and try the same batch again */
-		w->error_backoff_ms = Min(Max(w->error_backoff_ms * 2, 100), 30000);
-		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 w->error_backoff_ms, PG_WAIT_EXTENSION);
-		ResetLatch(MyLatch);
-		CHECK_FOR_INTERRUPTS();
-		b->dead = list_truncate(b->dead, b->ndead_decode);
-	}
-	w->error_backoff_ms = 0;
-	decode_dead = b->ndead_decode;
-
-	if (outcome == BATCH_FAILED)
-		worker_fail(w, fail_message);
-	commit_us = unix_now_us();
-
-	/* The batch is durable (as synchronous_commit says): account for it. */
-	memcpy(w->next_offset, new_next, sizeof(int64) * w->npartitions);
-	for (int i = 0; i < b->nmsgs; i++)
-	{
-		int64		ts;
-		rd_kafka_timestamp_type_t tstype;
-
-		ts = rd_kafka_message_timestamp(b->msgs[i], &tstype);
-		if (tstype == RD_KAFKA_TIMESTAMP_NOT_AVAILABLE || ts <= 0)
-			ts = b->read_us / 1000;
-		sdp_metrics_record(&w->metrics,
-						   (commit_us - b->read_us) / 1000.0,
-						   (b->read_us - ts * 1000) / 1000.0,
-						   (commit_us - ts * 1000) / 1000.0);
-	}
-	sdp_metrics_batch(&w->metrics, b->nmsgs, b->rows_written, (commit_us - b->read_us) / 1000.0);
-
-	SpinLockAcquire(&w->slot->mutex);
-	w->slot->messages_read += b->nmsgs;
-	w->slot->rows_written += b->rows_written;
-	w->slot->rows_filtered += Max(0, b->nrows - b->rows_skipped - (list_length(b->dead) - decode_dead) - b->rows_out);
-	if (w->opts.on_error == SDP_ON_ERROR_SKIP)
-		w->slot->rows_skipped += b->rows_skipped + list_length(b->dead);
-	else
-		w->slot->rows_dead_lettered += list_length(b->dead);
-	w->slot->batches++;
-	w->slot->last_commit_at = GetCurrentTimestamp();
-	for (int i = 0; i < w->npartitions && i < SDP_MAX_PARTITIONS; i++)
-		w->slot->partitions[i].committed = w->next_offset[i];
-	SpinLockRelease(&w->slot->mutex);
 	pgstat_report_activity(STATE_IDLE, NULL);
 }
 
@@ -1170,14 +689,16 @@ worker_loop(FlowWorker *w)
 			memset(&batch, 0, sizeof(batch));
 			batch.nmsgs = n;
 			batch.msgs = w->poll_buf;
-			batch.read_us = unix_now_us();
-			process_batch(w, &batch);
+			batch.read_us = sdp_unix_now_us();
+			sdp_process_batch(w, &batch);
 			for (int i = 0; i < n; i++)
 				rd_kafka_message_destroy(w->poll_buf[i]);
 			MemoryContextSwitchTo(oldcxt);
 			MemoryContextReset(w->batch_cxt);
 			now = GetCurrentTimestamp();
 		}
+		else if (w->op)
+			sdp_stateful_tick(w);	/* due timers and checkpoints, without input */
 		periodic_work(w, now);
 
 		if (n == 0)
@@ -1185,6 +706,9 @@ worker_loop(FlowWorker *w)
 			/* Nothing arrived: sleep until a message, the latch, or the next periodic work. */
 			WaitEvent	event;
 			TimestampTz next = Min(w->next_progress, w->next_watermarks);
+
+			if (w->op)
+				next = Min(next, sdp_stateful_next_wakeup(w));
 
 			if (kafka_source_is_down(w->kafka))
 				next = Min(next, w->next_broker_probe);

@@ -1,0 +1,120 @@
+/*
+ * state_store.h
+ *		Keyed operator state in shared memory (state_store.c).
+ */
+#ifndef SDP_STATE_STORE_H
+#define SDP_STATE_STORE_H
+
+#include "sdp.h"
+
+#include "lib/dshash.h"
+#include "utils/hsearch.h"
+#include "utils/dsa.h"
+
+/* Longest grouping key, in bytes (including the terminating NUL). */
+#define SDP_STATE_KEY_MAX	128
+/* Value states per key (int64 each), and pending timers per key. */
+#define SDP_STATE_VALUES	4
+#define SDP_STATE_TIMERS	16
+/* Longest map member, in bytes (including the terminating NUL). */
+#define SDP_STATE_MEMBER_MAX 64
+
+typedef enum SdpTimeKind
+{
+	SDP_PROCESSING_TIME = 0,
+	SDP_EVENT_TIME = 1
+} SdpTimeKind;
+
+typedef struct SdpTimer
+{
+	int64		when;			/* TimestampTz */
+	int64		tag;			/* the operator's own (e.g. a window's start) */
+	int32		kind;			/* SdpTimeKind */
+} SdpTimer;
+
+/*
+ * One key's state: value states, a map state, pending timers.  Lives in a
+ * dshash table in the flow's DSA area; its map is a separate DSA
+ * allocation, resized as it grows.
+ */
+typedef struct SdpStateEntry
+{
+	char		key[SDP_STATE_KEY_MAX]; /* dshash key: NUL-padded */
+	uint32		values_set;		/* bit i: values[i] holds a value */
+	int32		ntimers;
+	int64		values[SDP_STATE_VALUES];
+	SdpTimer	timers[SDP_STATE_TIMERS];
+	dsa_pointer map;			/* SdpStateMap, or InvalidDsaPointer */
+} SdpStateEntry;
+
+/*
+ * A map state: open addressing over fixed-size slots, each holding a
+ * NUL-terminated member (at most member_len bytes) and a value of value_len
+ * bytes.
+ */
+typedef struct SdpStateMap
+{
+	int32		capacity;		/* slots, a power of two */
+	int32		count;			/* members */
+	int32		tombstones;
+	int32		value_len;
+	/* capacity slots follow: [uint8 status][member][value] */
+} SdpStateMap;
+
+/* The store of one flow, as its worker or a reader sees it. */
+typedef struct SdpStateStore
+{
+	dsa_area   *area;
+	dshash_table *table;
+	int			map_value_len;
+	bool		writer;
+	int64		nkeys;			/* writer only */
+	size_t		map_bytes;		/* writer only */
+	/* writer only: keys changed or deleted since the last checkpoint */
+	HTAB	   *dirty;
+} SdpStateStore;
+
+/* A key's state while an operator works on it (its dshash entry is locked). */
+typedef struct SdpKeyState
+{
+	SdpStateStore *store;
+	SdpStateEntry *entry;
+	const char *key;
+	bool		created;
+} SdpKeyState;
+
+extern int	sdp_state_tranche_id(void);
+extern SdpStateStore *sdp_state_create(size_t limit_bytes, int map_value_len,
+									   dsa_handle *area_handle, dshash_table_handle *table_handle);
+extern SdpStateStore *sdp_state_attach(dsa_handle area_handle, dshash_table_handle table_handle);
+extern void sdp_state_detach(SdpStateStore *store);
+extern size_t sdp_state_memory(SdpStateStore *store);
+
+extern void sdp_state_open_key(SdpStateStore *store, const char *key, bool create, SdpKeyState *ks);
+extern void sdp_state_close_key(SdpKeyState *ks);
+
+/* value state */
+extern bool sdp_state_get_value(SdpKeyState *ks, int idx, int64 *value);
+extern void sdp_state_set_value(SdpKeyState *ks, int idx, int64 value);
+extern void sdp_state_clear_value(SdpKeyState *ks, int idx);
+
+/* map state */
+extern bool sdp_state_map_get(SdpKeyState *ks, const char *member, void *value);
+extern void sdp_state_map_put(SdpKeyState *ks, const char *member, const void *value);
+extern bool sdp_state_map_remove(SdpKeyState *ks, const char *member);
+extern int	sdp_state_map_count(SdpKeyState *ks);
+typedef bool (*SdpMapVisitor) (const char *member, void *value, void *arg);	/* return false to remove */
+extern void sdp_state_map_visit(SdpKeyState *ks, SdpMapVisitor visit, void *arg);
+extern void sdp_state_map_read(SdpStateStore *store, SdpStateEntry *entry,
+							   void (*visit) (const char *member, const void *value, void *arg), void *arg);
+
+/* timers of the key (the worker keeps the time-ordered index, operator.c) */
+extern bool sdp_state_add_timer(SdpKeyState *ks, SdpTimeKind kind, int64 when, int64 tag);
+extern bool sdp_state_remove_timer(SdpKeyState *ks, SdpTimeKind kind, int64 when, int64 tag);
+
+/* checkpoints */
+extern bytea *sdp_state_serialize(SdpStateStore *store, SdpStateEntry *entry);
+extern void sdp_state_restore(SdpStateStore *store, const char *key, bytea *blob);
+extern void sdp_state_mark_dirty(SdpStateStore *store, const char *key);
+
+#endif							/* SDP_STATE_STORE_H */

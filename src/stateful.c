@@ -1,0 +1,635 @@
+/*
+ * stateful.c
+ *		A flow's stateful operator in the worker: the batch path through the
+ *		operator, timers without input, checkpoints and their restore.
+ *
+ * A batch of a stateful flow: decode -> transform (bad messages isolated,
+ * as for stateless flows) -> the operator handles the rows by key and its
+ * due timers fire -> the emitted rows are written (bad rows isolated) ->
+ * offsets, and every checkpoint_interval the changed state with the offsets
+ * it corresponds to -> commit.
+ *
+ * Operator state is in shared memory and is not rolled back with a
+ * transaction.  So once the operator has run, a batch can no longer be
+ * retried in place: an error after that point ends the worker, which the
+ * launcher restarts; the new worker restores the last checkpoint and
+ * replays the messages after it.  Emissions are upserts on the target's key,
+ * so replaying them does not duplicate results, and dead letters are unique
+ * per message, so replaying does not duplicate them either.
+ */
+#include "worker.h"
+
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "storage/ipc.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/hsearch.h"
+#include "utils/json.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+
+/* Create the state store and the operator (at worker start, in a transaction). */
+void
+sdp_stateful_start(FlowWorker *w, Relation target)
+{
+	dsa_handle	area;
+	dshash_table_handle table;
+
+	w->state_limit = (size_t) w->opts.state_memory_limit_kb * 1024;
+	w->store = sdp_state_create(w->state_limit, w->op->map_value_len, &area, &table);
+	SpinLockAcquire(&w->slot->mutex);
+	w->slot->state_area = area;
+	w->slot->state_table = table;
+	SpinLockRelease(&w->slot->mutex);
+	w->opctx = sdp_operator_start(w->op, w->transform.result_desc, w->sink.row_desc,
+								  w->opts.operator_options, w->store);
+	w->next_checkpoint = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), w->opts.checkpoint_interval_ms);
+}
+
+/* The checkpoint statements (in a catalog scope, with SPI connected). */
+void
+sdp_stateful_prepare_plans(FlowWorker *w)
+{
+	Oid			put_types[3] = {INT8OID, TEXTARRAYOID, BYTEAARRAYOID};
+	Oid			del_types[2] = {INT8OID, TEXTARRAYOID};
+	Oid			off_types[1] = {INT8OID};
+
+	w->checkpoint_put_plan = SPI_prepare("INSERT INTO sdp.state_checkpoints AS c (flow_id, key, state, updated_at) "
+										 "SELECT $1, u.k, u.s, now() FROM unnest($2, $3) AS u(k, s) "
+										 "ON CONFLICT (flow_id, key) DO UPDATE "
+										 "SET state = EXCLUDED.state, updated_at = EXCLUDED.updated_at",
+										 3, put_types);
+	w->checkpoint_delete_plan = SPI_prepare("DELETE FROM sdp.state_checkpoints WHERE flow_id = $1 AND key = ANY ($2)",
+											2, del_types);
+	/* in the batch's transaction, after its offsets: the state now matches them */
+	w->checkpoint_offsets_plan = SPI_prepare("UPDATE sdp.offsets SET state_offset = next_offset WHERE flow_id = $1",
+											 1, off_types);
+	if (w->checkpoint_put_plan == NULL || w->checkpoint_delete_plan == NULL ||
+		w->checkpoint_offsets_plan == NULL)
+		elog(ERROR, "could not prepare checkpoint statements: %s", SPI_result_code_string(SPI_result));
+	SPI_keepplan(w->checkpoint_put_plan);
+	SPI_keepplan(w->checkpoint_delete_plan);
+	SPI_keepplan(w->checkpoint_offsets_plan);
+}
+
+static void
+publish_state_stats(FlowWorker *w, bool checkpointed)
+{
+	size_t		bytes = sdp_state_memory(w->store);
+
+	SpinLockAcquire(&w->slot->mutex);
+	w->slot->state_bytes = bytes;
+	w->slot->timers_fired = w->opctx->timers_fired;
+	if (checkpointed)
+		w->slot->last_checkpoint_at = GetCurrentTimestamp();
+	SpinLockRelease(&w->slot->mutex);
+}
+
+/* Restore the last checkpoint into the (empty) store, and index its timers. */
+void
+sdp_stateful_restore(FlowWorker *w)
+{
+	SdpCatalogScope scope;
+	Oid			argtypes[1] = {INT8OID};
+	Datum		values[1] = {Int64GetDatum(w->args.flow_id)};
+	uint64		nkeys;
+
+	StartTransactionCommand();
+	SPI_connect();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	pgstat_report_activity(STATE_RUNNING, "sdp: restoring state");
+	sdp_catalog_enter(&scope);
+	if (SPI_execute_with_args("SELECT key, state FROM sdp.state_checkpoints WHERE flow_id = $1",
+							  1, argtypes, values, NULL, true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not read the state checkpoint");
+	sdp_catalog_leave(&scope);
+	nkeys = SPI_processed;
+	for (uint64 i = 0; i < nkeys; i++)
+	{
+		bool		isnull;
+		char	   *key = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
+		bytea	   *blob = DatumGetByteaPP(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2, &isnull));
+
+		sdp_state_restore(w->store, key, blob);
+	}
+	PopActiveSnapshot();
+	SPI_finish();
+	CommitTransactionCommand();
+	sdp_operator_index_timers(w->opctx);
+	publish_state_stats(w, false);
+	if (nkeys > 0)
+		ereport(LOG,
+				(errmsg("sdp flow \"%s\" restored the state of %llu keys from its checkpoint",
+						w->args.name, (unsigned long long) nkeys)));
+}
+
+/* Write the keys changed since the last checkpoint, and the offsets they match. */
+static void
+write_checkpoint(FlowWorker *w)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	HASH_SEQ_STATUS seq;
+	char	   *dirty;
+	long		ndirty = hash_get_num_entries(w->store->dirty);
+	char	  **keys = palloc(sizeof(char *) * Max(ndirty, 1));
+	int			n = 0;
+	Datum	   *put_keys = palloc(sizeof(Datum) * Max(ndirty, 1));
+	Datum	   *put_blobs = palloc(sizeof(Datum) * Max(ndirty, 1));
+	Datum	   *del_keys = palloc(sizeof(Datum) * Max(ndirty, 1));
+	int			nput = 0,
+				ndel = 0;
+	SdpCatalogScope scope;
+	Datum		values[3];
+
+	hash_seq_init(&seq, w->store->dirty);
+	while ((dirty = hash_seq_search(&seq)) != NULL)
+		keys[n++] = pstrdup(dirty);
+	for (int i = 0; i < n; i++)
+	{
+		SdpKeyState ks;
+
+		sdp_state_open_key(w->store, keys[i], false, &ks);
+		if (ks.entry)
+		{
+			put_keys[nput] = CStringGetTextDatum(keys[i]);
+			put_blobs[nput++] = PointerGetDatum(sdp_state_serialize(w->store, ks.entry));
+		}
+		else
+			del_keys[ndel++] = CStringGetTextDatum(keys[i]);
+		sdp_state_close_key(&ks);
+	}
+
+	values[0] = Int64GetDatum(w->args.flow_id);
+	sdp_catalog_enter(&scope);
+	if (nput > 0)
+	{
+		values[1] = PointerGetDatum(construct_array(put_keys, nput, TEXTOID, -1, false, TYPALIGN_INT));
+		values[2] = PointerGetDatum(construct_array(put_blobs, nput, BYTEAOID, -1, false, TYPALIGN_INT));
+		if (SPI_execute_plan(w->checkpoint_put_plan, values, NULL, false, 0) != SPI_OK_INSERT)
+			elog(ERROR, "could not write the state checkpoint");
+	}
+	if (ndel > 0)
+	{
+		values[1] = PointerGetDatum(construct_array(del_keys, ndel, TEXTOID, -1, false, TYPALIGN_INT));
+		if (SPI_execute_plan(w->checkpoint_delete_plan, values, NULL, false, 0) != SPI_OK_DELETE)
+			elog(ERROR, "could not write the state checkpoint");
+	}
+	if (SPI_execute_plan(w->checkpoint_offsets_plan, values, NULL, false, 0) != SPI_OK_UPDATE)
+		elog(ERROR, "could not write the state checkpoint's offsets");
+	sdp_catalog_leave(&scope);
+	MemoryContextSwitchTo(cxt);
+
+	/* a failed commit ends the worker, so the set can be emptied now */
+	hash_seq_init(&seq, w->store->dirty);
+	while ((dirty = hash_seq_search(&seq)) != NULL)
+		(void) hash_search(w->store->dirty, dirty, HASH_REMOVE, NULL);
+	w->next_checkpoint = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), w->opts.checkpoint_interval_ms);
+}
+
+static bool
+checkpoint_due(FlowWorker *w, TimestampTz now)
+{
+	return now >= w->next_checkpoint;
+}
+
+/* An emitted row as JSON text, for its dead letter. */
+static char *
+row_as_json(TupleDesc desc, HeapTuple row)
+{
+	StringInfoData buf;
+
+	initStringInfo(&buf);
+	appendStringInfoChar(&buf, '{');
+	for (int i = 0; i < desc->natts; i++)
+	{
+		bool		isnull;
+		Datum		d = heap_getattr(row, i + 1, desc, &isnull);
+		Oid			typout;
+		bool		varlena;
+
+		if (i > 0)
+			appendStringInfoString(&buf, ", ");
+		escape_json(&buf, NameStr(TupleDescAttr(desc, i)->attname));
+		appendStringInfoString(&buf, ": ");
+		if (isnull)
+			appendStringInfoString(&buf, "null");
+		else
+		{
+			getTypeOutputInfo(TupleDescAttr(desc, i)->atttypid, &typout, &varlena);
+			escape_json(&buf, OidOutputFunctionCall(typout, d));
+		}
+	}
+	appendStringInfoChar(&buf, '}');
+	return buf.data;
+}
+
+/*
+ * Write emitted rows [lo, hi); on a data error split the range in
+ * subtransactions until the bad rows are alone, and set them aside.
+ * Returns false if on_error = fail met one (*fail_message set).
+ */
+static bool
+write_emitted(FlowWorker *w, Batch *b, HeapTuple *rows, int lo, int hi, char **fail_message)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
+	ErrorData  *edata = NULL;
+
+	if (hi <= lo)
+		return true;
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(cxt);
+	PG_TRY();
+	{
+		b->rows_written += sdp_sink_write(&w->sink, rows + lo, hi - lo);
+		ReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+	}
+	PG_CATCH();
+	{
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+		(void) SPI_unregister_relation(SDP_OUTPUT_RELATION);
+		if (!sdp_is_data_error(edata->sqlerrcode))
+			ReThrowError(edata);
+	}
+	PG_END_TRY();
+
+	if (edata == NULL)
+		return true;
+	if (hi - lo > 1)
+	{
+		int			mid = lo + (hi - lo) / 2;
+
+		return write_emitted(w, b, rows, lo, mid, fail_message) &&
+			write_emitted(w, b, rows, mid, hi, fail_message);
+	}
+	if (w->opts.on_error == SDP_ON_ERROR_FAIL)
+	{
+		*fail_message = psprintf("write of the operator's row %s: %s",
+								 row_as_json(w->sink.row_desc, rows[lo]), edata->message);
+		return false;
+	}
+	if (w->opts.on_error == SDP_ON_ERROR_SKIP)
+		b->rows_skipped++;
+	else
+	{
+		DeadLetter *dl = palloc0(sizeof(DeadLetter));
+
+		dl->stage = "write";
+		dl->error = pstrdup(edata->message);
+		dl->sqlstate = edata->sqlerrcode;
+		dl->row_text = row_as_json(w->sink.row_desc, rows[lo]);
+		b->dead = lappend(b->dead, dl);
+	}
+	return true;
+}
+
+/* Transform rows [lo, hi) in a subtransaction, splitting around bad messages; outputs are appended. */
+static bool
+transform_isolating(FlowWorker *w, Batch *b, int lo, int hi, HeapTuple **out, int *nout, char **fail_message)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
+	ErrorData  *edata = NULL;
+	HeapTuple  *res;
+	int			nres = 0;
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(cxt);
+	PG_TRY();
+	{
+		nres = sdp_transform_run(&w->transform, b->rows + lo, hi - lo, &res);
+		ReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+	}
+	PG_CATCH();
+	{
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+		(void) SPI_unregister_relation(SDP_INPUT_RELATION);
+		if (!sdp_is_data_error(edata->sqlerrcode))
+			ReThrowError(edata);
+	}
+	PG_END_TRY();
+
+	if (edata == NULL)
+	{
+		/* the rows stay valid until SPI_finish */
+		*out = repalloc(*out, sizeof(HeapTuple) * (*nout + nres + 1));
+		memcpy(*out + *nout, res, sizeof(HeapTuple) * nres);
+		*nout += nres;
+		return true;
+	}
+	if (hi - lo > 1)
+	{
+		int			mid = lo + (hi - lo) / 2;
+
+		return transform_isolating(w, b, lo, mid, out, nout, fail_message) &&
+			transform_isolating(w, b, mid, hi, out, nout, fail_message);
+	}
+	else
+	{
+		rd_kafka_message_t *m = b->msgs[b->row_msg[lo]];
+
+		if (w->opts.on_error == SDP_ON_ERROR_FAIL)
+		{
+			*fail_message = psprintf("transform of partition %d offset %lld: %s",
+									 m->partition, (long long) m->offset, edata->message);
+			return false;
+		}
+		if (w->opts.on_error == SDP_ON_ERROR_SKIP)
+			b->rows_skipped++;
+		else
+		{
+			DeadLetter *dl = palloc0(sizeof(DeadLetter));
+
+			dl->msg = m;
+			dl->stage = "transform";
+			dl->error = pstrdup(edata->message);
+			dl->sqlstate = edata->sqlerrcode;
+			b->dead = lappend(b->dead, dl);
+		}
+	}
+	return true;
+}
+
+/*
+ * Run the operator over the transform's rows and the due timers, then write
+ * what it emitted.  From here on the state has changed.
+ */
+static bool
+operate_and_write(FlowWorker *w, Batch *b, HeapTuple *rows, int nrows, char **fail_message)
+{
+	SdpOperatorContext *ctx = w->opctx;
+	HeapTuple  *emitted;
+	int			nemitted = 0;
+	ListCell   *lc;
+
+	w->state_mutated = true;
+	ctx->now = GetCurrentTimestamp();
+	ctx->emit_cxt = CurrentMemoryContext;
+	ctx->emitted = NIL;
+	sdp_operator_handle_rows(ctx, rows, nrows);
+	sdp_operator_fire_timers(ctx);
+
+	emitted = palloc(sizeof(HeapTuple) * (list_length(ctx->emitted) + 1));
+	foreach(lc, ctx->emitted)
+		emitted[nemitted++] = lfirst(lc);
+	ctx->emitted = NIL;
+	return write_emitted(w, b, emitted, 0, nemitted, fail_message);
+}
+
+typedef enum StatefulOutcome
+{
+	STATEFUL_COMMITTED,
+	STATEFUL_DATA_ERROR,		/* before the operator: retry isolating bad messages */
+	STATEFUL_FAILED				/* on_error = fail met a bad message */
+} StatefulOutcome;
+
+static StatefulOutcome
+stateful_attempt(FlowWorker *w, Batch *b, bool isolate, int64 *new_next, char **fail_message)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	volatile StatefulOutcome outcome = STATEFUL_COMMITTED;
+
+	b->rows_out = 0;
+	b->rows_written = 0;
+	b->rows_skipped = 0;
+
+	StartTransactionCommand();
+	PG_TRY();
+	{
+		HeapTuple  *rows;
+		int			nrows = 0;
+
+		SPI_connect();
+		MemoryContextSwitchTo(cxt);
+		PushActiveSnapshot(GetTransactionSnapshot());
+		if (!b->decoded)
+		{
+			sdp_decode_batch(w, b);
+			b->decoded = true;
+			b->ndead_decode = list_length(b->dead);
+		}
+		if (b->ndead_decode > 0 && w->opts.on_error == SDP_ON_ERROR_FAIL)
+		{
+			DeadLetter *dl = linitial(b->dead);
+
+			*fail_message = psprintf("decode of partition %d offset %lld: %s", dl->msg->partition,
+									 (long long) dl->msg->offset, dl->error);
+			outcome = STATEFUL_FAILED;
+		}
+		else
+		{
+			if (!isolate)
+				nrows = sdp_transform_run(&w->transform, b->rows, b->nrows, &rows);
+			else
+			{
+				rows = palloc(sizeof(HeapTuple));
+				if (b->nrows > 0 && !transform_isolating(w, b, 0, b->nrows, &rows, &nrows, fail_message))
+					outcome = STATEFUL_FAILED;
+			}
+			b->rows_out = nrows;
+			if (outcome == STATEFUL_COMMITTED &&
+				!operate_and_write(w, b, rows, nrows, fail_message))
+				outcome = STATEFUL_FAILED;
+		}
+		if (outcome == STATEFUL_COMMITTED)
+		{
+			sdp_write_dead_letters(w, b);
+			sdp_write_batch_offsets(w, b, new_next);
+			if (checkpoint_due(w, GetCurrentTimestamp()))
+			{
+				write_checkpoint(w);
+				publish_state_stats(w, true);
+			}
+		}
+		PopActiveSnapshot();
+		SPI_finish();
+		if (outcome == STATEFUL_COMMITTED)
+			CommitTransactionCommand();
+		else
+			AbortCurrentTransaction();
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		if (isolate || w->state_mutated || !sdp_is_data_error(edata->sqlerrcode))
+			PG_RE_THROW();
+		FlushErrorState();
+		AbortCurrentTransaction();
+		outcome = STATEFUL_DATA_ERROR;
+	}
+	PG_END_TRY();
+	MemoryContextSwitchTo(cxt);
+	if (outcome != STATEFUL_COMMITTED)
+		b->dead = list_truncate(b->dead, b->ndead_decode);
+	return outcome;
+}
+
+/*
+ * An error after the operator changed the state: the batch cannot be
+ * retried in place.  A full state fails the flow; anything else ends the
+ * worker, to be restarted from its last checkpoint.
+ */
+static void
+state_error(FlowWorker *w, ErrorData *edata)
+{
+	if (edata->sqlerrcode == ERRCODE_CONFIGURATION_LIMIT_EXCEEDED ||
+		edata->sqlerrcode == ERRCODE_OUT_OF_MEMORY)
+		sdp_worker_fail(w, psprintf("state of the flow exceeds its state_memory_limit of %zu kB: %s",
+									w->state_limit / 1024, edata->message));
+	ereport(LOG,
+			(errmsg("sdp flow \"%s\" restarts from its last checkpoint after an error in its operator step: %s",
+					w->args.name, edata->message)));
+	sdp_worker_set_error(w, edata->message);
+	proc_exit(1);
+}
+
+/* A batch of a stateful flow, to its commit (or the worker's end). */
+void
+sdp_stateful_process_batch(FlowWorker *w, Batch *b, int64 *new_next)
+{
+	char	   *fail_message = NULL;
+
+	for (;;)
+	{
+		MemoryContext cxt = CurrentMemoryContext;
+		volatile StatefulOutcome outcome = STATEFUL_COMMITTED;
+		ErrorData  *volatile retry = NULL;
+
+		PG_TRY();
+		{
+			outcome = stateful_attempt(w, b, false, new_next, &fail_message);
+			if (outcome == STATEFUL_DATA_ERROR)
+				outcome = stateful_attempt(w, b, true, new_next, &fail_message);
+		}
+		PG_CATCH();
+		{
+			MemoryContextSwitchTo(cxt);
+			retry = CopyErrorData();
+			FlushErrorState();
+			AbortCurrentTransaction();
+			MemoryContextSwitchTo(cxt);
+		}
+		PG_END_TRY();
+
+		if (retry == NULL)
+		{
+			w->state_mutated = false;
+			if (outcome == STATEFUL_FAILED)
+				sdp_worker_fail(w, fail_message);
+			publish_state_stats(w, false);
+			return;
+		}
+		if (w->state_mutated)
+			state_error(w, retry);
+
+		/* before the operator ran: wait and try the same batch again */
+		sdp_worker_set_error(w, psprintf("batch of %d messages not written, retrying: %s",
+										 b->nmsgs, retry->message));
+		ereport(LOG, (errmsg("sdp flow \"%s\": batch not written, retrying: %s", w->args.name, retry->message)));
+		w->error_backoff_ms = Min(Max(w->error_backoff_ms * 2, 100), 30000);
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 w->error_backoff_ms, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+		b->dead = list_truncate(b->dead, b->ndead_decode);
+	}
+}
+
+/* When the worker must wake for its operator without input: a timer, or a checkpoint of changed state. */
+TimestampTz
+sdp_stateful_next_wakeup(FlowWorker *w)
+{
+	TimestampTz next = sdp_operator_next_timer(w->opctx, SDP_PROCESSING_TIME);
+
+	if (hash_get_num_entries(w->store->dirty) > 0)
+		next = Min(next, w->next_checkpoint);
+	return next;
+}
+
+/* Without input: fire due processing-time timers, write what they emit, checkpoint if due. */
+void
+sdp_stateful_tick(FlowWorker *w)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	MemoryContext cxt = CurrentMemoryContext;
+	bool		timers_due = sdp_operator_next_timer(w->opctx, SDP_PROCESSING_TIME) <= now;
+	bool		checkpoint = checkpoint_due(w, now) && hash_get_num_entries(w->store->dirty) > 0;
+	Batch		b;
+	char	   *fail_message = NULL;
+	volatile bool failed = false;
+	ErrorData  *volatile edata = NULL;
+
+	if (!timers_due && !checkpoint)
+		return;
+	memset(&b, 0, sizeof(b));
+	MemoryContextSwitchTo(w->batch_cxt);
+	PG_TRY();
+	{
+		StartTransactionCommand();
+		SPI_connect();
+		MemoryContextSwitchTo(w->batch_cxt);
+		PushActiveSnapshot(GetTransactionSnapshot());
+		pgstat_report_activity(STATE_RUNNING, "sdp: timers");
+		if (timers_due && !operate_and_write(w, &b, NULL, 0, &fail_message))
+			failed = true;
+		if (!failed)
+		{
+			sdp_write_dead_letters(w, &b);
+			if (checkpoint_due(w, now))
+				write_checkpoint(w);
+		}
+		PopActiveSnapshot();
+		SPI_finish();
+		if (!failed)
+			CommitTransactionCommand();
+		else
+			AbortCurrentTransaction();
+	}
+	PG_CATCH();
+	{
+		MemoryContextSwitchTo(w->batch_cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		AbortCurrentTransaction();
+	}
+	PG_END_TRY();
+	MemoryContextSwitchTo(cxt);
+
+	if (edata)
+		state_error(w, edata);
+	if (failed)
+		sdp_worker_fail(w, fail_message);
+	w->state_mutated = false;
+	SpinLockAcquire(&w->slot->mutex);
+	w->slot->rows_written += b.rows_written;
+	w->slot->rows_dead_lettered += list_length(b.dead);
+	w->slot->rows_skipped += b.rows_skipped;
+	if (b.rows_written > 0)
+		w->slot->last_commit_at = GetCurrentTimestamp();
+	SpinLockRelease(&w->slot->mutex);
+	publish_state_stats(w, checkpoint);
+	pgstat_report_activity(STATE_IDLE, NULL);
+	MemoryContextReset(w->batch_cxt);
+}
