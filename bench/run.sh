@@ -13,19 +13,21 @@
 #     events/s, beside the transport floor: a bare librdkafka consumer
 #     (tools/kafka_floor) reading the same messages in the same run, over the
 #     same window as the flow's progress report.
+#  3. both flows (enrich and zone congestion) on one topic at 10,000 events/s.
+#  4. memory: the workers' RSS after warm-up and after a sustained run.
 #
 # Usage: bash bench/run.sh [--quick]      (--quick: smaller sizes, for a smoke test)
-# Results: a table on stdout, and bench/out/<timestamp>.txt
+# Results: tables on stdout, and bench/out/<timestamp>.txt
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/common.sh
 
 quick=${1:-}
-TPUT_N=300000; TPUT2_N=300000; RATES="1000 10000 50000"
-if [ "$quick" = "--quick" ]; then TPUT_N=30000; TPUT2_N=30000; RATES="1000 10000"; fi
+TPUT_N=300000; TPUT2_N=300000; RATES="1000 10000 50000"; MEM_RATE=5000; MEM_SECONDS=120
+if [ "$quick" = "--quick" ]; then TPUT_N=30000; TPUT2_N=30000; RATES="1000 10000"; MEM_SECONDS=30; fi
 port=${BENCH_PORT:-5489}
 
-sdp_install_packages
+sdp_install_packages bc
 sdp_build_install
 
 dir=$(mktemp -d /tmp/sdp_bench.XXXXXX)
@@ -56,16 +58,17 @@ sdp_as_postgres pg_ctl -D "$dir/pg" -l "$dir/postgres.log" -w start >/dev/null
 sql() { sdp_as_postgres psql -X -q -At -h "$dir" -p "$port" -U postgres -d postgres "$@"; }
 
 tools/sdp_broker --topic tput:32 --topic tput2:16 --topic lat1000:4 --topic lat10000:4 \
-  --topic lat50000:4 --addr-file "$dir/broker.addr" --quiet > "$dir/broker.log" 2>&1 &
+  --topic lat50000:4 --topic both:4 --topic mem:8 --addr-file "$dir/broker.addr" --quiet > "$dir/broker.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 100); do [ -s "$dir/broker.addr" ] && break; sleep 0.1; done
 boot=$(cat "$dir/broker.addr")
 
-# the tables and the enrich transform of examples/flights.sql, one flow per topic
+# the tables and the transforms of examples/flights.sql, one flow per topic
 sql -c 'CREATE EXTENSION sdp_ext'
 sed -n '/^CREATE TABLE zones/,/^SELECT sdp_create_source/p' examples/flights.sql | sed '$d' | sql >/dev/null
-transform=$(sed -n '/^  transform => \$\$/,/\$\$,$/p' examples/flights.sql | sed '1s/^  transform => \$\$//; $s/\$\$,$//')
-make_flow() {  # name topic table progress_interval
+sed -n '/^CREATE TABLE zone_alerts/,/^);/p' examples/flights.sql | sql >/dev/null
+transform=$(sed -n '/^  transform => \$\$$/,/\$\$,$/p' examples/flights.sql | sed '1s/^  transform => \$\$//; $s/\$\$,$//')
+make_flow() {  # name topic table progress_interval: the enrich flow
   sql >/dev/null <<SQL
 CREATE TABLE $3 (LIKE positions INCLUDING ALL);
 SELECT sdp_create_source('$1', '$boot', '$2');
@@ -75,6 +78,49 @@ SELECT sdp_create_flow('$1', source => '$1', target => '$3',
   transform => \$t\$ ${transform//positions/$3} \$t\$,
   options => '{"mode": "upsert", "progress_interval": "$4"}');
 SQL
+}
+make_zone_flow() {  # name source table progress_interval: the zone congestion flow
+  sql >/dev/null <<SQL
+CREATE TABLE $3 (LIKE zone_alerts INCLUDING ALL);
+SELECT sdp_create_flow('$1', source => '$2', target => '$3',
+  schema => 'icao24 text, lat float8, lon float8',
+  transform => \$t\$SELECT z.zone, i.icao24, z.capacity FROM input i
+                 JOIN zones z ON i.lat BETWEEN z.min_lat AND z.max_lat
+                             AND i.lon BETWEEN z.min_lon AND z.max_lon\$t\$,
+  operator => 'active_count',
+  options => '{"key": "zone", "member": "icao24", "ttl": "30 seconds", "capacity_column": "capacity",
+               "count_column": "aircraft_count", "alert_column": "crowded", "time_column": "updated_at",
+               "progress_interval": "$4"}');
+SQL
+}
+# A flow's report beside the floor over the same window: one table row.
+report_row() {  # label report-json floor-file
+  local label=$1 p=$2 file=$3 fp50 fp99 pp99 n win_end win_len lp50 lp99
+  read -r fp50 fp99 pp99 n win_end win_len < <(sql -c "SELECT concat_ws(' ',
+      j->'latencies'->'e2eLatencyMs'->>'P50', j->'latencies'->'e2eLatencyMs'->>'P99',
+      j->'latencies'->'processingLatencyMs'->>'P99', j->'latencies'->'e2eLatencyMs'->>'samples',
+      extract(epoch FROM (j->>'timestamp')::timestamptz) * 1000, (j->>'intervalSeconds')::float8 * 1000)
+    FROM (SELECT '$p'::jsonb AS j) s")
+  read -r lp50 lp99 < <(awk -v hi="$win_end" -v len="$win_len" '$1 >= hi - len && $1 <= hi {print $2}' "$file" \
+      | sort -n | awk '{v[NR]=$1} END {if (NR == 0) {print "nan nan"; exit}
+          i50 = int((NR*50+99)/100); i99 = int((NR*99+99)/100); printf "%.3f %.3f\n", v[i50]/1000, v[i99]/1000}')
+  printf '  %-24s %10.3f %10.3f %11.3f %11.3f %12.3f %14.3f %8d\n' "$label" "$fp50" "$fp99" "$lp50" "$lp99" \
+    "$(echo "$fp99 - $lp99" | bc -l)" "$pp99" "$n"
+}
+header_row() {
+  printf '  %-24s %10s %10s %11s %11s %12s %14s %8s\n' "$1" "e2e P50" "e2e P99" "floor P50" "floor P99" "P99 - floor" "proc P99" "samples"
+}
+wait_running() {  # LIKE pattern, count
+  while [ "$(sql -c "SELECT count(*) = $2 FROM sdp.flow_status WHERE flow LIKE '$1' AND state = 'running' AND partitions IS NOT NULL")" != t ]; do sleep 0.1; done
+}
+start_floor() {  # topic file -> pid in floor_pid
+  tools/kafka_floor --bootstrap "$boot" --topic "$1" --duration 8 --out "$2" > "$2.json" &
+  floor_pid=$!
+  while ! grep -q ready "$2.json" 2>/dev/null; do sleep 0.05; done
+}
+worker_pid() { sql -c "SELECT pid FROM sdp.flow_status WHERE flow = '$1'"; }
+rss() {  # pid -> "VmRSS RssAnon RssShmem" in kB
+  awk '/^VmRSS|^RssAnon|^RssShmem/ {printf "%s ", $2} END {print ""}' "/proc/$1/status"
 }
 now() { date +%s.%N; }
 wait_read() {  # flow count -> prints the time when messages_read reached count
@@ -119,41 +165,67 @@ printf '  %-58s %12.2f\n' "ratio flow / COPY" "$(echo "$flow_eps / $copy_eps" | 
 printf '  %-58s %12.0f\n' "positions_flow, 2,000 aircraft x $((TPUT2_N / 2000)) reports (upserts)" "$flow2_eps"
 echo
 
-# 2. latency at fixed rates, beside the transport floor; first let autovacuum's
-# work on the throughput tables and the checkpoint of their WAL pass
-sql -c 'VACUUM ANALYZE' -c 'CHECKPOINT'
-sleep 2
-echo "Latency (ms; flow e2eLatencyMs from its progress report, floor = bare librdkafka consumer, same messages, same window)"
-printf '  %9s %11s %11s %12s %12s %12s %15s %9s\n' "events/s" "flow P50" "flow P99" "floor P50" "floor P99" "P99 - floor" "flow proc P99" "samples"
-# Each rate gets a fresh topic and a short window: the embedded broker finds a
+# 2. latency at fixed rates, beside the transport floor.  First let autovacuum's
+# work on the throughput tables and the checkpoint of their WAL pass.  Each
+# rate gets a fresh topic and a short window: the embedded broker finds a
 # fetch offset by scanning the partition's log linearly, so its fetches slow
 # down as a partition fills with small batches; a real Kafka broker does not.
+sql -c 'VACUUM ANALYZE' -c 'CHECKPOINT'
+sleep 2
+echo "Latency of positions_flow (ms; e2eLatencyMs of its progress report; floor = bare librdkafka consumer, same messages, same window)"
+header_row "flow, events/s"
 for rate in $RATES; do
   make_flow "lat$rate" "lat$rate" "positions_lat$rate" "4 seconds"
-  while [ "$(sql -c "SELECT state = 'running' AND partitions IS NOT NULL FROM sdp.flow_status WHERE flow = 'lat$rate'")" != t ]; do sleep 0.1; done
-  tools/kafka_floor --bootstrap "$boot" --topic "lat$rate" --duration 8 \
-    --out "$dir/floor$rate.txt" > "$dir/floor$rate.json" &
-  floor=$!
-  while ! grep -q ready "$dir/floor$rate.json" 2>/dev/null; do sleep 0.05; done
+  wait_running "lat$rate" 1
+  start_floor "lat$rate" "$dir/floor$rate.txt"
   tools/flight_sim --bootstrap "$boot" --topic "lat$rate" --aircraft 2000 --rate "$rate" --linger-ms 1 \
-    --duration 6 --quiet > "$dir/sim$rate.json" &
+    --duration 6 --quiet > /dev/null &
   sim=$!
   # the first report covers the flow's first 4 s, during which the producer runs
   while [ "$(sql -c "SELECT coalesce((sdp_flow_progress('lat$rate')->>'reportId')::int, 0) >= 1")" != t ]; do sleep 0.25; done
   p=$(sql -c "SELECT sdp_flow_progress('lat$rate')")
-  wait "$sim"; wait "$floor"
+  wait "$sim"; wait "$floor_pid"
   sql -c "SELECT sdp_stop_flow('lat$rate')" >/dev/null
-  read -r fp50 fp99 pp99 n win_end win_len < <(sql -c "SELECT concat_ws(' ',
-      j->'latencies'->'e2eLatencyMs'->>'P50', j->'latencies'->'e2eLatencyMs'->>'P99',
-      j->'latencies'->'processingLatencyMs'->>'P99', j->'latencies'->'e2eLatencyMs'->>'samples',
-      extract(epoch FROM (j->>'timestamp')::timestamptz) * 1000, (j->>'intervalSeconds')::float8 * 1000)
-    FROM (SELECT '$p'::jsonb AS j) s")
-  read -r lp50 lp99 < <(awk -v hi="$win_end" -v len="$win_len" '$1 >= hi - len && $1 <= hi {print $2}' "$dir/floor$rate.txt" \
-      | sort -n | awk '{v[NR]=$1} END {if (NR == 0) {print "nan nan"; exit}
-          i50 = int((NR*50+99)/100); i99 = int((NR*99+99)/100); printf "%.3f %.3f\n", v[i50]/1000, v[i99]/1000}')
-  printf '  %9d %11.3f %11.3f %12.3f %12.3f %12.3f %15.3f %9d\n' "$rate" "$fp50" "$fp99" "$lp50" "$lp99" \
-    "$(echo "$fp99 - $lp99" | bc -l)" "$pp99" "$n"
+  report_row "positions_flow $rate/s" "$p" "$dir/floor$rate.txt"
 done
+echo
+
+# 3. both flows at 10,000 events/s: the zone flow beside the enrich flow and the floor
+echo "Both flows on one topic at 10,000 events/s (ms)"
+header_row "flow"
+make_flow both_positions both positions_both "4 seconds"
+make_zone_flow both_zones both_positions zone_alerts_both "4 seconds"
+wait_running 'both_%' 2
+start_floor both "$dir/floorboth.txt"
+tools/flight_sim --bootstrap "$boot" --topic both --aircraft 2000 --rate 10000 --linger-ms 1 --duration 6 --quiet > /dev/null &
+sim=$!
+while [ "$(sql -c "SELECT bool_and(coalesce((sdp_flow_progress(flow)->>'reportId')::int, 0) >= 1) FROM sdp.flow_status WHERE flow LIKE 'both_%'")" != t ]; do sleep 0.25; done
+p1=$(sql -c "SELECT sdp_flow_progress('both_positions')")
+p2=$(sql -c "SELECT sdp_flow_progress('both_zones')")
+wait "$sim"; wait "$floor_pid"
+report_row "positions_flow" "$p1" "$dir/floorboth.txt"
+report_row "zone_congestion_flow" "$p2" "$dir/floorboth.txt"
+sql -c "SELECT sdp_stop_flow('both_positions'), sdp_stop_flow('both_zones')" >/dev/null
+echo
+
+# 4. memory: both flows under a sustained load; worker RSS after warm-up and at the end
+echo "Worker memory under sustained load (both flows, ${MEM_RATE} events/s for ${MEM_SECONDS} s; kB)"
+make_flow mem_positions mem positions_mem "10 seconds"
+make_zone_flow mem_zones mem_positions zone_alerts_mem "10 seconds"
+wait_running 'mem_%' 2
+tools/flight_sim --bootstrap "$boot" --topic mem --aircraft 5000 --rate "$MEM_RATE" --linger-ms 5 \
+  --duration "$MEM_SECONDS" --quiet > /dev/null &
+sim=$!
+sleep 15
+pp=$(worker_pid mem_positions); zp=$(worker_pid mem_zones)
+read -r p_rss0 p_anon0 p_shm0 < <(rss "$pp"); read -r z_rss0 z_anon0 z_shm0 < <(rss "$zp")
+wait "$sim"
+read -r p_rss1 p_anon1 p_shm1 < <(rss "$pp"); read -r z_rss1 z_anon1 z_shm1 < <(rss "$zp")
+lag=$(sql -c "SELECT string_agg(flow || ' lag ' || coalesce(lag, 0) || ', state ' || coalesce(state_bytes::text, '-') || ' B', '; ') FROM sdp.flow_status WHERE flow LIKE 'mem_%'")
+printf '  %-24s %10s %10s %11s %11s %12s\n' "flow" "RSS @15s" "RSS @end" "anon @15s" "anon @end" "anon growth"
+printf '  %-24s %10d %10d %11d %11d %12d\n' "positions_flow" "$p_rss0" "$p_rss1" "$p_anon0" "$p_anon1" $((p_anon1 - p_anon0))
+printf '  %-24s %10d %10d %11d %11d %12d\n' "zone_congestion_flow" "$z_rss0" "$z_rss1" "$z_anon0" "$z_anon1" $((z_anon1 - z_anon0))
+echo "  (RSS counts the shared buffers a worker has touched; anon is its own memory. At the end: $lag)"
 } | tee "$report"
 echo
 echo "saved in $report"

@@ -77,8 +77,8 @@ SELECT now()::time(0) AS "time", count(*) AS aircraft,
        count(*) FILTER (WHERE flight_phase = 'descending') AS descending,
        count(*) FILTER (WHERE squawk_alert = 'emergency') AS emergencies
   FROM positions;
-SELECT zone, count(*) AS aircraft_in_zone, min(capacity) AS capacity
-  FROM positions JOIN zones USING (zone) GROUP BY zone ORDER BY 2 DESC;
+SELECT a.zone, a.aircraft_count, z.capacity, a.crowded, a.updated_at::time(3) AS updated
+  FROM zone_alerts a JOIN zones z USING (zone) ORDER BY a.aircraft_count DESC, a.zone;
 SELECT icao24, callsign, round(lat::numeric, 3) AS lat, round(lon::numeric, 3) AS lon,
        baro_alt, vert_rate, velocity, flight_phase, zone, squawk_alert
   FROM positions ORDER BY updated_at DESC, icao24 LIMIT 5;
@@ -99,6 +99,8 @@ while [ $SECONDS -lt $end ] && kill -0 "$sim" 2>/dev/null; do
 done
 printf '\n==== final progress report of positions_flow ====\n'
 psql_demo -At -c "SELECT jsonb_pretty(sdp_flow_progress('positions_flow'))"
+printf '\n==== the live state of zone_congestion_flow (London) ====\n'
+psql_demo -c "SELECT key, state, left(value::text, 110) AS value FROM sdp_flow_state('zone_congestion_flow') WHERE key = 'London TMA'"
 if [ -n "${DEMO_KEEP:-}" ]; then
   sdp_log "still running; try: sudo -u postgres psql -h $dir -p $port -d postgres  (Ctrl-C here stops everything)"
   tools/flight_sim --bootstrap "$bootstrap" --topic raw-flights --aircraft "$aircraft" \

@@ -591,7 +591,8 @@ periodic_work(FlowWorker *w, TimestampTz now)
 	{
 		SpinLockAcquire(&w->slot->mutex);
 		for (int i = 0; i < w->npartitions && i < SDP_MAX_PARTITIONS; i++)
-			w->slot->partitions[i].high_watermark = kafka_source_cached_high_watermark(w->kafka, w->partitions[i]);
+			w->slot->partitions[i].high_watermark =
+				Max(kafka_source_cached_high_watermark(w->kafka, w->partitions[i]), w->next_offset[i]);
 		SpinLockRelease(&w->slot->mutex);
 		w->next_watermarks = TimestampTzPlusMilliseconds(now, SDP_WATERMARK_REFRESH_MS);
 	}
