@@ -48,6 +48,7 @@ CREATE TABLE sdp.flows (
     enabled       boolean NOT NULL DEFAULT true,
     failed_at     timestamptz,
     last_error    text,
+    watermark     timestamptz,      -- event-time flows: the watermark of the last state checkpoint
     created_at    timestamptz NOT NULL DEFAULT now(),
     CHECK (jsonb_typeof(options) = 'object')
 );
@@ -64,6 +65,7 @@ CREATE TABLE sdp.offsets (
     partition    integer NOT NULL,
     next_offset  bigint NOT NULL,
     state_offset bigint,
+    max_event_time timestamptz,     -- event-time flows: the partition's highest event time at the checkpoint
     updated_at   timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (flow_id, partition)
 );
@@ -79,6 +81,25 @@ CREATE TABLE sdp.state_checkpoints (
     PRIMARY KEY (flow_id, key)
 );
 GRANT SELECT ON sdp.offsets TO PUBLIC;
+
+-- The aggregations of window_agg flows (sdp_create_aggregation): each
+-- folds the rows matching its filter into windows per entity (the values of
+-- its group_by fields) and emits one row per window.
+CREATE TABLE sdp.aggregations (
+    flow               text NOT NULL REFERENCES sdp.flows (name) ON DELETE CASCADE,
+    name               text NOT NULL,
+    group_by           text[] NOT NULL,
+    operation          text NOT NULL CHECK (operation IN ('count', 'sum', 'avg', 'ratio', 'approx_distinct')),
+    value              text,
+    filter             text NOT NULL DEFAULT 'true',
+    denominator_filter text,
+    window_size        interval NOT NULL CHECK (window_size > '0'),
+    allowance          interval NOT NULL DEFAULT '0',
+    slide              interval,
+    created_at         timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (flow, name)
+);
+GRANT SELECT ON sdp.aggregations TO PUBLIC;
 
 -- Messages a flow could not process, with where they came from and why.
 -- Each role sees the dead letters of the flows it owns.
@@ -116,6 +137,7 @@ SELECT pg_catalog.pg_extension_config_dump('sdp.flows', '');
 SELECT pg_catalog.pg_extension_config_dump('sdp.flows_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('sdp.offsets', '');
 SELECT pg_catalog.pg_extension_config_dump('sdp.state_checkpoints', '');
+SELECT pg_catalog.pg_extension_config_dump('sdp.aggregations', '');
 SELECT pg_catalog.pg_extension_config_dump('sdp.dead_letters', '');
 SELECT pg_catalog.pg_extension_config_dump('sdp.dead_letters_id_seq', '');
 
@@ -146,6 +168,30 @@ RETURNS void LANGUAGE C STRICT AS 'MODULE_PATHNAME', 'sdp_stop_flow';
 CREATE FUNCTION sdp_drop_flow(name text)
 RETURNS void LANGUAGE C STRICT AS 'MODULE_PATHNAME', 'sdp_drop_flow';
 
+-- Aggregations (operator window_agg) ----------------------------------------
+
+CREATE FUNCTION sdp_create_aggregation(flow text, name text, group_by text[], operation text,
+                                       value text DEFAULT NULL, filter text DEFAULT 'true',
+                                       denominator_filter text DEFAULT NULL,
+                                       window_size interval DEFAULT NULL, allowance interval DEFAULT '0',
+                                       slide interval DEFAULT NULL)
+RETURNS void LANGUAGE C AS 'MODULE_PATHNAME', 'sdp_create_aggregation';
+COMMENT ON FUNCTION sdp_create_aggregation(text, text, text[], text, text, text, text, interval, interval, interval) IS
+  'declare an aggregation of a window_agg flow: count, sum, avg, ratio or approx_distinct over event-time windows';
+
+CREATE FUNCTION sdp_drop_aggregation(flow text, name text)
+RETURNS void LANGUAGE C AS 'MODULE_PATHNAME', 'sdp_drop_aggregation';
+
+CREATE FUNCTION sdp_load_aggregations(flow text, definitions jsonb)
+RETURNS integer LANGUAGE C AS 'MODULE_PATHNAME', 'sdp_load_aggregations';
+COMMENT ON FUNCTION sdp_load_aggregations(text, jsonb) IS
+  'define or replace aggregations from a JSON array (e.g. a file kept in version control)';
+
+CREATE FUNCTION sdp_create_window_table(name text)
+RETURNS regclass LANGUAGE C AS 'MODULE_PATHNAME', 'sdp_create_window_table';
+COMMENT ON FUNCTION sdp_create_window_table(text) IS
+  'create a target table of the window_agg schema, indexed for key-range reads';
+
 -- Monitoring ----------------------------------------------------------------
 
 CREATE FUNCTION sdp_flow_runtime(
@@ -156,7 +202,8 @@ CREATE FUNCTION sdp_flow_runtime(
     OUT broker_ok boolean, OUT broker_error text, OUT broker_error_at timestamptz,
     OUT last_error text, OUT last_error_at timestamptz,
     OUT started_at timestamptz, OUT restarts integer,
-    OUT state_bytes bigint, OUT timers_fired bigint, OUT last_checkpoint_at timestamptz)
+    OUT state_bytes bigint, OUT timers_fired bigint, OUT last_checkpoint_at timestamptz,
+    OUT rows_late bigint, OUT watermark timestamptz)
 RETURNS SETOF record LANGUAGE C STRICT AS 'MODULE_PATHNAME', 'sdp_flow_runtime';
 
 -- The state of a running stateful flow, read live from shared memory: per
@@ -207,7 +254,9 @@ SELECT f.name AS flow,
        coalesce(r.restarts, 0) AS restarts,
        r.state_bytes,
        r.timers_fired,
-       r.last_checkpoint_at
+       r.last_checkpoint_at,
+       coalesce(r.rows_late, 0) AS rows_late,
+       r.watermark
   FROM sdp.flows f
   JOIN sdp.sources s ON s.name = f.source
   LEFT JOIN sdp_flow_runtime() r ON r.flow = f.name

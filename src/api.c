@@ -69,8 +69,8 @@ required_text(FunctionCallInfo fcinfo, int argno, const char *argname)
 }
 
 /* The current role may act on an object owned by owner: it is, or is a member of, the owner. */
-static void
-check_owner(const char *owner, const char *what, const char *name)
+void
+sdp_check_owner(const char *owner, const char *what, const char *name)
 {
 	Oid			owner_oid = get_role_oid(owner, true);
 
@@ -191,7 +191,7 @@ sdp_drop_source(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
 				 errmsg("source \"%s\" does not exist", name)));
-	check_owner(owner, "source", name);
+	sdp_check_owner(owner, "source", name);
 	catalog_execute("SELECT string_agg(name, ', ' ORDER BY name) FROM sdp.flows WHERE source = $1",
 					1, argtypes, values, NULL, true);
 	if (SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1) != NULL)
@@ -269,7 +269,7 @@ sdp_create_flow(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
 				 errmsg("source \"%s\" does not exist", source),
 				 errhint("Declare it first with sdp_create_source(name, bootstrap_servers, topic).")));
-	check_owner(source_owner, "source", source);
+	sdp_check_owner(source_owner, "source", source);
 	if (lookup_owner("flows", name) != NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_DUPLICATE_OBJECT),
@@ -313,7 +313,25 @@ sdp_create_flow(PG_FUNCTION_ARGS)
 	has_pk = OidIsValid(sdp_target_primary_key(rel, &npk, &pk));
 	write_desc = transform.result_desc;
 	if (op)
+	{
+		char	   *event_time = sdp_operator_option(opts.operator_options, "event_time");
+
 		write_desc = op->validate(transform.result_desc, opts.operator_options, rel, &opts);
+		/* the watermark is taken from the input, before any transform */
+		if (event_time)
+		{
+			bool		found = false;
+
+			for (int i = 0; i < schema->ncolumns; i++)
+				found |= (strcmp(schema->columns[i].name, event_time) == 0 &&
+						  schema->columns[i].typid == TIMESTAMPTZOID);
+			if (!found)
+				ereport(ERROR,
+						(errcode(ERRCODE_UNDEFINED_COLUMN),
+						 errmsg("event_time column \"%s\" is not a timestamptz column of the input schema", event_time),
+						 errhint("Declare it in the schema, e.g. 'event_ts timestamptz'.")));
+		}
+	}
 	relation_close(rel, AccessShareLock);
 	if (!opts.mode_given)
 		opts.mode = has_pk ? SDP_MODE_UPSERT : SDP_MODE_APPEND;
@@ -360,7 +378,7 @@ change_flow(FunctionCallInfo fcinfo, const char *sql)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
 				 errmsg("flow \"%s\" does not exist", name)));
-	check_owner(owner, "flow", name);
+	sdp_check_owner(owner, "flow", name);
 	catalog_execute(sql, 1, argtypes, values, NULL, false);
 	SPI_finish();
 	sdp_wake_launcher_at_commit();

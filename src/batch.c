@@ -484,6 +484,7 @@ sdp_account_batch(FlowWorker *w, Batch *b, int64 *new_next, int64 decode_dead)
 		w->slot->rows_skipped += b->rows_skipped + list_length(b->dead);
 	else
 		w->slot->rows_dead_lettered += list_length(b->dead);
+	w->slot->rows_late += b->rows_late;
 	w->slot->batches++;
 	w->slot->last_commit_at = GetCurrentTimestamp();
 	for (int i = 0; i < w->npartitions && i < SDP_MAX_PARTITIONS; i++)

@@ -98,6 +98,7 @@ typedef struct SdpInputSchema
 extern void sdp_parse_flow_options(Jsonb *options, SdpFlowOptions *opts);
 extern void sdp_parse_source_options(Jsonb *options, SdpSourceDef *source);
 extern int	sdp_interval_option_ms(const char *option, const char *text);
+extern int64 sdp_interval_option_us(const char *option, const char *text);
 extern const char *sdp_write_mode_name(SdpWriteMode mode);
 
 /* input_schema.c */
@@ -115,5 +116,8 @@ typedef struct SdpCatalogScope
 extern void sdp_catalog_enter(SdpCatalogScope *scope);
 extern void sdp_catalog_leave(SdpCatalogScope *scope);
 extern void sdp_require_flow_database(void);
+
+/* api.c */
+extern void sdp_check_owner(const char *owner, const char *what, const char *name);
 
 #endif							/* SDP_FLOW_H */

@@ -47,11 +47,11 @@ jsonb_scalar_text(const char *key, JsonbValue *v)
 }
 
 /*
- * A duration option in milliseconds: an interval string ('30 seconds',
- * '250 ms') or a bare number of milliseconds.
+ * A duration option in microseconds: an interval string ('30 seconds',
+ * '250 ms', '90 days') or a bare number of milliseconds.  Months count 30 days.
  */
-int
-sdp_interval_option_ms(const char *option, const char *text)
+int64
+sdp_interval_option_us(const char *option, const char *text)
 {
 	ErrorContextCallback errcb;
 	OptionContext ctx = {option};
@@ -76,12 +76,26 @@ sdp_interval_option_ms(const char *option, const char *text)
 			(double) iv->day * 86400000.0 +
 			(double) iv->month * 30.0 * 86400000.0;
 	}
-	if (ms < 0 || ms > (double) INT_MAX)
+	if (ms < 0 || ms > 1e14)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("option \"%s\" is out of range: \"%s\"", option, text),
+				 errhint("Give a positive duration, e.g. '10 seconds'.")));
+	return (int64) (ms * 1000.0);
+}
+
+/* The same in milliseconds, for durations of at most 24 days. */
+int
+sdp_interval_option_ms(const char *option, const char *text)
+{
+	int64		us = sdp_interval_option_us(option, text);
+
+	if (us / 1000 > INT_MAX)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("option \"%s\" is out of range: \"%s\"", option, text),
 				 errhint("Give a duration between 0 and 24 days, e.g. '10 seconds'.")));
-	return (int) ms;
+	return (int) (us / 1000);
 }
 
 static int

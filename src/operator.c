@@ -26,6 +26,7 @@ extern const SdpOperator sdp_window_agg_operator;
 /* Every operator, by name.  Adding an operator is one file and one line here. */
 static const SdpOperator *const operators[] = {
 	&sdp_active_count_operator,
+	&sdp_window_agg_operator,
 	NULL
 };
 
@@ -257,28 +258,58 @@ sdp_operator_fire_timers(SdpOperatorContext *ctx)
 
 /* ---- rows ---- */
 
+/*
+ * The operator's context: its state store and its parsed options.  Its rows'
+ * descriptors are bound next (sdp_operator_bind), once the worker knows the
+ * transform, which the operator may build itself.
+ */
 SdpOperatorContext *
-sdp_operator_start(const SdpOperator *op, TupleDesc input, TupleDesc output, Jsonb *options,
-				   SdpStateStore *store)
+sdp_operator_create(const SdpOperator *op, const char *flow_name, Jsonb *options, SdpStateStore *store,
+					TupleDesc rows)
 {
 	SdpOperatorContext *ctx = MemoryContextAllocZero(TopMemoryContext, sizeof(SdpOperatorContext));
+	MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+
+	ctx->op = op;
+	ctx->store = store;
+	ctx->flow_name = pstrdup(flow_name);
+	ctx->watermark = DT_NOBEGIN;
+	ctx->timers[SDP_PROCESSING_TIME] = pairingheap_allocate(timer_compare, NULL);
+	ctx->timers[SDP_EVENT_TIME] = pairingheap_allocate(timer_compare, NULL);
+	ctx->emit_cxt = CurrentMemoryContext;
+	ctx->input_desc = CreateTupleDescCopy(rows);	/* the transform's rows, until bound */
+	ctx->config = op->init(ctx, options);
+	MemoryContextSwitchTo(old);
+	return ctx;
+}
+
+/* The descriptors of the rows the operator receives and emits; the key column's place. */
+void
+sdp_operator_bind(SdpOperatorContext *ctx, TupleDesc input, TupleDesc output)
+{
 	MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
 	Oid			typout;
 	bool		varlena;
 
-	ctx->op = op;
-	ctx->store = store;
 	ctx->input_desc = CreateTupleDescCopy(input);
 	ctx->output_desc = CreateTupleDescCopy(output);
-	ctx->watermark = DT_NOBEGIN;
-	ctx->timers[SDP_PROCESSING_TIME] = pairingheap_allocate(timer_compare, NULL);
-	ctx->timers[SDP_EVENT_TIME] = pairingheap_allocate(timer_compare, NULL);
-	ctx->config = op->init(ctx, options);
 	ctx->key_index = sdp_operator_column(ctx->input_desc, ctx->key_column, "key", true);
 	getTypeOutputInfo(TupleDescAttr(ctx->input_desc, ctx->key_index)->atttypid, &typout, &varlena);
 	fmgr_info(typout, &ctx->key_out);
 	MemoryContextSwitchTo(old);
-	return ctx;
+}
+
+void
+sdp_reject(SdpOperatorContext *ctx, int32 partition, int64 offset, const char *reason)
+{
+	MemoryContext old = MemoryContextSwitchTo(ctx->emit_cxt);
+	SdpRejected *r = palloc(sizeof(SdpRejected));
+
+	r->partition = partition;
+	r->offset = offset;
+	r->reason = pstrdup(reason);
+	ctx->rejected = lappend(ctx->rejected, r);
+	MemoryContextSwitchTo(old);
 }
 
 void

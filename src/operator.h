@@ -17,12 +17,38 @@
  *	init(ctx, options)
  *		At worker start: parse the (already validated) options into a private
  *		config, returned and kept in ctx->config; set ctx->key_column.
+ *		ctx->input_desc describes the transform's rows.
  *	handle_rows(ctx, key, rows, n)
  *		The batch's rows of one key, in arrival order.  The key's state is
  *		locked for the call.
  *	handle_expired_timer(ctx, key, timer)
  *		A timer of the key is due: processing-time timers when the clock
  *		passes them, event-time timers when the watermark does.
+ *
+ * and optionally:
+ *
+ *	build_transform(ctx, user_transform, rows)
+ *		The SQL the worker runs over "input" in place of the flow's transform
+ *		(whose rows are described by 'rows'), e.g. window_agg fans rows out to
+ *		its definitions; ctx->key_column names one of its columns.
+ *	reload(ctx)
+ *		The operator's configuration changed in the catalogs (see
+ *		sdp_flow_config_changed): re-read it; the worker then rebuilds the
+ *		transform.
+ *	maintain(ctx)
+ *		Housekeeping at each checkpoint, in its transaction, as the owner
+ *		(e.g. retention).
+ *
+ * Event time: an operator whose options name an "event_time" column of the
+ * input schema (timestamptz) gets a watermark: per partition the highest
+ * event time seen; the flow's watermark is the minimum over the partitions
+ * that had data within "idle_timeout" (default 10 seconds); when every
+ * partition is idle it advances with the clock from the last data, so that
+ * event-time timers still fire when the stream goes quiet.  It never goes
+ * back, is updated after each batch's rows are handled (so rows see the
+ * watermark of the previous batch), and is checkpointed with the state.
+ * sdp_reject(ctx, partition, offset, reason) sets a message aside (stage
+ * 'late' in sdp.dead_letters, once per message).
  *
  * Per key the operator has (operator.c, state_store.c):
  *	value state		sdp_state_get_value / set_value / clear_value: SDP_STATE_VALUES int64s
@@ -70,7 +96,22 @@ typedef struct SdpOperatorContext
 
 	pairingheap *timers[2];		/* pending timers by time, per SdpTimeKind */
 	int64		timers_fired;
+
+	List	   *rejected;		/* SdpRejected: messages set aside in this step */
+	const char *target_relname; /* the target, qualified and quoted (for maintain) */
+	const char *flow_name;
+
+	/* event time (set by init when the operator has one) */
+	const char *event_time_column;	/* a timestamptz column of the input schema */
+	int64		idle_timeout_us;
 } SdpOperatorContext;
+
+typedef struct SdpRejected
+{
+	int32		partition;
+	int64		offset;
+	char	   *reason;
+} SdpRejected;
 
 struct SdpOperator
 {
@@ -86,6 +127,11 @@ struct SdpOperator
 	/* a value state and a map value as jsonb text, for sdp_flow_state */
 	char	   *(*describe_value) (int idx, int64 value);
 	char	   *(*describe_map_value) (const void *value);
+
+	/* optional */
+	char	   *(*build_transform) (SdpOperatorContext *ctx, const char *user_transform, TupleDesc rows);
+	void		(*reload) (SdpOperatorContext *ctx);
+	void		(*maintain) (SdpOperatorContext *ctx);
 };
 
 /* registry (operator.c) */
@@ -99,11 +145,12 @@ extern void sdp_timer_register(SdpOperatorContext *ctx, SdpKeyState *key, SdpTim
 extern bool sdp_timer_delete(SdpOperatorContext *ctx, SdpKeyState *key, SdpTimeKind kind,
 							 TimestampTz when, int64 tag);
 extern int	sdp_timer_list(SdpKeyState *key, SdpTimer *out, int max);
+extern void sdp_reject(SdpOperatorContext *ctx, int32 partition, int64 offset, const char *reason);
 
 /* what the worker calls */
-extern SdpOperatorContext *sdp_operator_start(const SdpOperator *op, TupleDesc input,
-											  TupleDesc output, Jsonb *options,
-											  SdpStateStore *store);
+extern SdpOperatorContext *sdp_operator_create(const SdpOperator *op, const char *flow_name,
+											   Jsonb *options, SdpStateStore *store, TupleDesc rows);
+extern void sdp_operator_bind(SdpOperatorContext *ctx, TupleDesc input, TupleDesc output);
 extern void sdp_operator_handle_rows(SdpOperatorContext *ctx, HeapTuple *rows, int n);
 extern void sdp_operator_fire_timers(SdpOperatorContext *ctx);
 extern TimestampTz sdp_operator_next_timer(SdpOperatorContext *ctx, SdpTimeKind kind);

@@ -38,6 +38,7 @@ typedef struct SdpSink
 extern void sdp_register_rows(const char *name, TupleDesc desc, HeapTuple *rows, int n);
 extern void sdp_unregister_rows(const char *name);
 extern void sdp_transform_prepare(SdpTransform *t, SdpInputSchema *schema, const char *sql);
+extern void sdp_transform_prepare_generated(SdpTransform *t, SdpInputSchema *schema, const char *sql);
 extern void sdp_transform_check_runs(SdpTransform *t);
 extern int	sdp_transform_run(SdpTransform *t, HeapTuple *rows, int n, HeapTuple **out);
 

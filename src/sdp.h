@@ -128,6 +128,7 @@ typedef struct SdpFlowSlot
 	uint64		rows_filtered;
 	uint64		rows_dead_lettered;
 	uint64		rows_skipped;
+	uint64		rows_late;
 	uint64		batches;
 	TimestampTz last_commit_at;
 
@@ -146,6 +147,9 @@ typedef struct SdpFlowSlot
 	uint64		state_bytes;
 	uint64		timers_fired;
 	TimestampTz last_checkpoint_at;
+	TimestampTz watermark;		/* event-time operators; 0 when none */
+	uint64		config_generation;	/* bumped when the flow's operator configuration changes */
+	Latch	   *latch;			/* the worker's, to wake it */
 
 	int			npartitions;
 	SdpPartitionStat partitions[SDP_MAX_PARTITIONS];
@@ -172,6 +176,7 @@ extern void sdp_slot_free(int slotno);
 extern void sdp_slot_copy(int slotno, SdpFlowSlot *copy);
 extern void sdp_wake_launcher(void);
 extern void sdp_wake_launcher_at_commit(void);
+extern void sdp_flow_config_changed(const char *flow);
 
 /* launcher.c */
 extern void sdp_register_launcher(void);

@@ -22,6 +22,8 @@
 #include "sdp.h"
 
 #include "access/xact.h"
+#include "nodes/pg_list.h"
+#include "utils/memutils.h"
 #include "miscadmin.h"
 #include "storage/ipc.h"
 #include "storage/proc.h"
@@ -31,6 +33,9 @@ SdpShared  *SdpShmem = NULL;
 
 static bool wake_at_commit = false;
 static bool xact_callback_registered = false;
+static List *changed_flows = NIL;	/* names, in TopMemoryContext, until commit */
+
+static void sdp_register_xact_callback(void);
 
 static Size
 sdp_shmem_size(void)
@@ -177,6 +182,31 @@ sdp_wake_launcher(void)
 	LWLockRelease(SdpShmem->lock);
 }
 
+/* Tell a running flow's worker that its operator configuration changed, and wake it. */
+static void
+bump_flow_config(const char *name)
+{
+	int			s;
+
+	if (SdpShmem == NULL)
+		return;
+	LWLockAcquire(SdpShmem->lock, LW_SHARED);
+	s = sdp_slot_find(name);
+	if (s >= 0)
+	{
+		SdpFlowSlot *slot = &SdpShmem->slots[s];
+		Latch	   *latch;
+
+		SpinLockAcquire(&slot->mutex);
+		slot->config_generation++;
+		latch = slot->latch;
+		SpinLockRelease(&slot->mutex);
+		if (latch)
+			SetLatch(latch);
+	}
+	LWLockRelease(SdpShmem->lock);
+}
+
 static void
 sdp_xact_callback(XactEvent event, void *arg)
 {
@@ -187,10 +217,21 @@ sdp_xact_callback(XactEvent event, void *arg)
 			if (wake_at_commit)
 				sdp_wake_launcher();
 			wake_at_commit = false;
+			if (changed_flows != NIL)
+			{
+				ListCell   *lc;
+
+				foreach(lc, changed_flows)
+					bump_flow_config((char *) lfirst(lc));
+				list_free_deep(changed_flows);
+				changed_flows = NIL;
+			}
 			break;
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PARALLEL_ABORT:
 			wake_at_commit = false;
+			list_free_deep(changed_flows);
+			changed_flows = NIL;
 			break;
 		default:
 			break;
@@ -201,13 +242,27 @@ sdp_xact_callback(XactEvent event, void *arg)
  * Wake the launcher once the current transaction commits, so that it sees
  * the catalog change that the caller just made.
  */
-void
-sdp_wake_launcher_at_commit(void)
+static void
+sdp_register_xact_callback(void)
 {
 	if (!xact_callback_registered)
 	{
 		RegisterXactCallback(sdp_xact_callback, NULL);
 		xact_callback_registered = true;
 	}
+}
+
+void
+sdp_wake_launcher_at_commit(void)
+{
+	sdp_register_xact_callback();
 	wake_at_commit = true;
+}
+
+/* Once the current transaction commits, the flow's worker rereads its operator configuration. */
+void
+sdp_flow_config_changed(const char *flow)
+{
+	sdp_register_xact_callback();
+	changed_flows = lappend(changed_flows, MemoryContextStrdup(TopMemoryContext, flow));
 }

@@ -302,11 +302,11 @@ map_find(SdpStateMap *map, const char *member, bool insert)
 
 /* Rebuild the key's map with the given capacity (grow, shrink, or drop tombstones). */
 static SdpStateMap *
-map_rebuild(SdpKeyState *ks, int capacity)
+map_rebuild(SdpKeyState *ks, int capacity, int new_value_len)
 {
 	SdpStateStore *store = ks->store;
 	SdpStateMap *old = map_of(ks);
-	int			value_len = old ? old->value_len : store->map_value_len;
+	int			value_len = old ? old->value_len : new_value_len;
 	dsa_pointer np = state_allocate(store, map_size(capacity, value_len));
 	SdpStateMap *map = dsa_get_address(store->area, np);
 
@@ -331,6 +331,14 @@ map_rebuild(SdpKeyState *ks, int capacity)
 	}
 	ks->entry->map = np;
 	return map;
+}
+
+/* Give the key's map values of value_len bytes (before its first put; the store's default otherwise). */
+void
+sdp_state_map_reserve(SdpKeyState *ks, int value_len)
+{
+	if (map_of(ks) == NULL)
+		(void) map_rebuild(ks, MAP_MIN_CAPACITY, value_len);
 }
 
 bool
@@ -358,9 +366,9 @@ sdp_state_map_put(SdpKeyState *ks, const char *member, const void *value)
 				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
 				 errmsg("state map member \"%.40s...\" is longer than %d bytes", member, SDP_STATE_MEMBER_MAX - 1)));
 	if (map == NULL)
-		map = map_rebuild(ks, MAP_MIN_CAPACITY);
+		map = map_rebuild(ks, MAP_MIN_CAPACITY, ks->store->map_value_len);
 	else if ((map->count + map->tombstones + 1) * 4 > map->capacity * 3)
-		map = map_rebuild(ks, map->count * 2 + 2 > map->capacity ? map->capacity * 2 : map->capacity);
+		map = map_rebuild(ks, map->count * 2 + 2 > map->capacity ? map->capacity * 2 : map->capacity, 0);
 	i = map_find(map, member, true);
 	slot = map_slot(map, i);
 	if (slot[0] != SLOT_USED)
@@ -381,7 +389,7 @@ map_after_removal(SdpKeyState *ks, SdpStateMap *map)
 	if (map->count == 0)
 		map_free(ks->store, ks->entry);
 	else if (map->capacity > MAP_MIN_CAPACITY && map->count * 8 < map->capacity)
-		(void) map_rebuild(ks, map->capacity / 2);	/* keep memory flat when a key shrinks */
+		(void) map_rebuild(ks, map->capacity / 2, 0);	/* keep memory flat when a key shrinks */
 }
 
 bool
@@ -582,11 +590,12 @@ sdp_state_restore(SdpStateStore *store, const char *key, bytea *blob)
 	READ(ks.entry->timers, sizeof(SdpTimer) * ks.entry->ntimers);
 	READ(&value_len, sizeof(value_len));
 	READ(&count, sizeof(count));
-	if (value_len != store->map_value_len)
+	if (value_len < 0 || value_len > 1024 * 1024)
 		ereport(ERROR,
 				(errcode(ERRCODE_DATA_CORRUPTED),
-				 errmsg("checkpointed state of key \"%s\" does not match the operator (map values of %d bytes, not %d)",
-						key, value_len, store->map_value_len)));
+				 errmsg("checkpointed state of key \"%s\" has map values of %d bytes", key, value_len)));
+	if (count > 0)
+		sdp_state_map_reserve(&ks, value_len);
 	value = palloc(Max(value_len, 1));
 	for (int i = 0; i < count; i++)
 	{

@@ -101,6 +101,7 @@ extern void sdp_state_clear_value(SdpKeyState *ks, int idx);
 /* map state */
 extern bool sdp_state_map_get(SdpKeyState *ks, const char *member, void *value);
 extern void sdp_state_map_put(SdpKeyState *ks, const char *member, const void *value);
+extern void sdp_state_map_reserve(SdpKeyState *ks, int value_len);
 extern bool sdp_state_map_remove(SdpKeyState *ks, const char *member);
 extern int	sdp_state_map_count(SdpKeyState *ks);
 typedef bool (*SdpMapVisitor) (const char *member, void *value, void *arg);	/* return false to remove */

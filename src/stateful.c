@@ -33,7 +33,26 @@
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
-/* Create the state store and the operator (at worker start, in a transaction). */
+/* Replace the flow's transform by the one the operator builds over the flow's rows. */
+static void
+build_operator_transform(FlowWorker *w)
+{
+	MemoryContext old = MemoryContextSwitchTo(w->flow_cxt);
+	SPIPlanPtr	previous = w->transform.plan;
+	char	   *sql = w->op->build_transform(w->opctx, w->transform_sql, w->rows_desc);
+
+	sdp_transform_prepare_generated(&w->transform, w->schema, sql);
+	SPI_keepplan(w->transform.plan);
+	if (previous && previous != w->user_plan)
+		SPI_freeplan(previous);
+	MemoryContextSwitchTo(old);
+}
+
+/*
+ * Create the state store and the operator (at worker start, in a
+ * transaction): the operator may build the transform itself, and gets the
+ * descriptors of the rows it receives and emits.
+ */
 void
 sdp_stateful_start(FlowWorker *w, Relation target)
 {
@@ -45,10 +64,149 @@ sdp_stateful_start(FlowWorker *w, Relation target)
 	SpinLockAcquire(&w->slot->mutex);
 	w->slot->state_area = area;
 	w->slot->state_table = table;
+	w->config_generation = w->slot->config_generation;	/* before the operator reads its configuration */
 	SpinLockRelease(&w->slot->mutex);
-	w->opctx = sdp_operator_start(w->op, w->transform.result_desc, w->sink.row_desc,
-								  w->opts.operator_options, w->store);
+
+	w->rows_desc = w->transform.result_desc;
+	w->user_plan = w->transform.plan;
+	w->opctx = sdp_operator_create(w->op, w->args.name, w->opts.operator_options, w->store, w->rows_desc);
+	w->opctx->target_relname = w->sink.relname;
+	if (w->op->build_transform)
+		build_operator_transform(w);
+	sdp_operator_bind(w->opctx, w->transform.result_desc, w->sink.row_desc);
+
+	/* event time comes from a timestamptz column of the input schema */
+	w->event_time_index = -1;
+	if (w->opctx->event_time_column)
+	{
+		for (int i = 0; i < w->schema->ncolumns; i++)
+			if (strcmp(w->schema->columns[i].name, w->opctx->event_time_column) == 0 &&
+				w->schema->columns[i].typid == TIMESTAMPTZOID)
+				w->event_time_index = i;
+		if (w->event_time_index < 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_UNDEFINED_COLUMN),
+					 errmsg("event_time column \"%s\" is not a timestamptz column of the input schema",
+							w->opctx->event_time_column)));
+	}
 	w->next_checkpoint = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), w->opts.checkpoint_interval_ms);
+}
+
+/* The flow's operator configuration changed (e.g. an aggregation was added): reload it. */
+void
+sdp_stateful_reload_if_changed(FlowWorker *w)
+{
+	uint64		generation;
+
+	SpinLockAcquire(&w->slot->mutex);
+	generation = w->slot->config_generation;
+	SpinLockRelease(&w->slot->mutex);
+	if (generation == w->config_generation || w->op->reload == NULL)
+		return;
+
+	StartTransactionCommand();
+	SPI_connect();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	pgstat_report_activity(STATE_RUNNING, "sdp: reloading the operator's configuration");
+	w->config_generation = generation;
+	w->op->reload(w->opctx);
+	if (w->op->build_transform)
+		build_operator_transform(w);
+	PopActiveSnapshot();
+	SPI_finish();
+	CommitTransactionCommand();
+	pgstat_report_activity(STATE_IDLE, NULL);
+	ereport(LOG, (errmsg("sdp flow \"%s\" reloaded its %s configuration", w->args.name, w->op->name)));
+}
+
+/* ---- event time ---- */
+
+static void
+ensure_partition_slots(FlowWorker *w, int32 partition)
+{
+	int			n = w->nwm;
+
+	if (partition < n)
+		return;
+	while (n <= partition)
+		n = Max(n * 2, 16);
+	w->wm_max = w->wm_max ? repalloc(w->wm_max, sizeof(TimestampTz) * n)
+		: MemoryContextAlloc(TopMemoryContext, sizeof(TimestampTz) * n);
+	w->wm_last = w->wm_last ? repalloc(w->wm_last, sizeof(TimestampTz) * n)
+		: MemoryContextAlloc(TopMemoryContext, sizeof(TimestampTz) * n);
+	for (int i = w->nwm; i < n; i++)
+	{
+		w->wm_max[i] = DT_NOBEGIN;
+		w->wm_last[i] = 0;
+	}
+	w->nwm = n;
+}
+
+/* The highest event time per partition, from every decoded message of the batch. */
+static void
+observe_event_times(FlowWorker *w, Batch *b, TimestampTz now)
+{
+	int			pcol = w->schema->ncolumns + SDP_META_PARTITION + 1;
+
+	if (w->event_time_index < 0 || b == NULL)
+		return;
+	for (int i = 0; i < b->nrows; i++)
+	{
+		bool		pnull,
+					tnull;
+		int32		p = DatumGetInt32(heap_getattr(b->rows[i], pcol, w->schema->tupdesc, &pnull));
+		TimestampTz t = DatumGetTimestampTz(heap_getattr(b->rows[i], w->event_time_index + 1,
+														 w->schema->tupdesc, &tnull));
+
+		if (pnull || p < 0)
+			continue;
+		ensure_partition_slots(w, p);
+		w->wm_last[p] = now;
+		if (!tnull && t > w->wm_max[p])
+			w->wm_max[p] = t;
+	}
+}
+
+/*
+ * The flow's watermark: the least highest event time among the partitions
+ * that had data within idle_timeout; when none had, the highest event time
+ * plus the time since data last came.  Never goes back.
+ */
+static void
+advance_watermark(FlowWorker *w, TimestampTz now)
+{
+	SdpOperatorContext *ctx = w->opctx;
+	TimestampTz active_min = DT_NOEND;
+	TimestampTz all_max = DT_NOBEGIN;
+	TimestampTz last = 0;
+	bool		any = false;
+	TimestampTz wm;
+
+	if (w->event_time_index < 0)
+		return;
+	for (int p = 0; p < w->nwm; p++)
+	{
+		if (w->wm_last[p] == 0 || w->wm_max[p] == DT_NOBEGIN)
+			continue;
+		if (w->wm_last[p] >= now - ctx->idle_timeout_us)
+		{
+			any = true;
+			active_min = Min(active_min, w->wm_max[p]);
+		}
+		all_max = Max(all_max, w->wm_max[p]);
+		last = Max(last, w->wm_last[p]);
+	}
+	if (any)
+		wm = active_min;
+	else if (all_max != DT_NOBEGIN)
+		wm = all_max + (now - last);	/* the whole stream is quiet: event time moves with the clock */
+	else
+		return;
+	if (wm > ctx->watermark)
+		ctx->watermark = wm;
+	SpinLockAcquire(&w->slot->mutex);
+	w->slot->watermark = ctx->watermark;
+	SpinLockRelease(&w->slot->mutex);
 }
 
 /* The checkpoint statements (in a catalog scope, with SPI connected). */
@@ -69,8 +227,19 @@ sdp_stateful_prepare_plans(FlowWorker *w)
 	/* in the batch's transaction, after its offsets: the state now matches them */
 	w->checkpoint_offsets_plan = SPI_prepare("UPDATE sdp.offsets SET state_offset = next_offset WHERE flow_id = $1",
 											 1, off_types);
+	{
+		Oid			wm_types[4] = {INT8OID, INT4ARRAYOID, TIMESTAMPTZARRAYOID, TIMESTAMPTZOID};
+
+		w->checkpoint_watermark_plan = SPI_prepare("WITH o AS (UPDATE sdp.offsets o SET max_event_time = u.t "
+												   "  FROM unnest($2, $3) AS u(p, t) "
+												   " WHERE o.flow_id = $1 AND o.partition = u.p RETURNING 1) "
+												   "UPDATE sdp.flows SET watermark = $4 WHERE id = $1",
+												   4, wm_types);
+		if (w->checkpoint_watermark_plan)
+			SPI_keepplan(w->checkpoint_watermark_plan);
+	}
 	if (w->checkpoint_put_plan == NULL || w->checkpoint_delete_plan == NULL ||
-		w->checkpoint_offsets_plan == NULL)
+		w->checkpoint_offsets_plan == NULL || w->checkpoint_watermark_plan == NULL)
 		elog(ERROR, "could not prepare checkpoint statements: %s", SPI_result_code_string(SPI_result));
 	SPI_keepplan(w->checkpoint_put_plan);
 	SPI_keepplan(w->checkpoint_delete_plan);
@@ -116,6 +285,34 @@ sdp_stateful_restore(FlowWorker *w)
 		bytea	   *blob = DatumGetByteaPP(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2, &isnull));
 
 		sdp_state_restore(w->store, key, blob);
+	}
+	/* the event-time watermark and the partitions' highest event times of the checkpoint */
+	if (w->event_time_index >= 0)
+	{
+		TimestampTz now = GetCurrentTimestamp();
+		bool		isnull;
+
+		sdp_catalog_enter(&scope);
+		SPI_execute_with_args("SELECT watermark FROM sdp.flows WHERE id = $1", 1, argtypes, values, NULL, true, 0);
+		if (SPI_processed == 1)
+		{
+			Datum		wm = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+
+			if (!isnull)
+				w->opctx->watermark = DatumGetTimestampTz(wm);
+		}
+		SPI_execute_with_args("SELECT partition, max_event_time FROM sdp.offsets "
+							  " WHERE flow_id = $1 AND max_event_time IS NOT NULL",
+							  1, argtypes, values, NULL, true, 0);
+		sdp_catalog_leave(&scope);
+		for (uint64 i = 0; i < SPI_processed; i++)
+		{
+			int32		p = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));
+
+			ensure_partition_slots(w, p);
+			w->wm_max[p] = DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2, &isnull));
+			w->wm_last[p] = now;	/* counted as active until they are idle again */
+		}
 	}
 	PopActiveSnapshot();
 	SPI_finish();
@@ -181,8 +378,37 @@ write_checkpoint(FlowWorker *w)
 	}
 	if (SPI_execute_plan(w->checkpoint_offsets_plan, values, NULL, false, 0) != SPI_OK_UPDATE)
 		elog(ERROR, "could not write the state checkpoint's offsets");
+	if (w->event_time_index >= 0)
+	{
+		Datum	   *pd = palloc(sizeof(Datum) * Max(w->nwm, 1));
+		Datum	   *td = palloc(sizeof(Datum) * Max(w->nwm, 1));
+		int			np = 0;
+		Datum		wv[4];
+		char		wnulls[4] = {' ', ' ', ' ', ' '};
+
+		for (int p = 0; p < w->nwm; p++)
+			if (w->wm_max[p] != DT_NOBEGIN)
+			{
+				pd[np] = Int32GetDatum(p);
+				td[np++] = TimestampTzGetDatum(w->wm_max[p]);
+			}
+		wv[0] = values[0];
+		wv[1] = PointerGetDatum(construct_array(pd, np, INT4OID, 4, true, TYPALIGN_INT));
+		wv[2] = PointerGetDatum(construct_array(td, np, TIMESTAMPTZOID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+		wv[3] = TimestampTzGetDatum(w->opctx->watermark);
+		wnulls[3] = w->opctx->watermark == DT_NOBEGIN ? 'n' : ' ';
+		if (SPI_execute_plan(w->checkpoint_watermark_plan, wv, wnulls, false, 0) < 0)
+			elog(ERROR, "could not write the state checkpoint's watermark");
+	}
 	sdp_catalog_leave(&scope);
 	MemoryContextSwitchTo(cxt);
+
+	/* the operator's housekeeping, as the owner */
+	if (w->op->maintain)
+	{
+		w->op->maintain(w->opctx);
+		MemoryContextSwitchTo(cxt);
+	}
 
 	/* a failed commit ends the worker, so the set can be emptied now */
 	hash_seq_init(&seq, w->store->dirty);
@@ -369,6 +595,48 @@ transform_isolating(FlowWorker *w, Batch *b, int lo, int hi, HeapTuple **out, in
 	return true;
 }
 
+/* Messages the operator rejected (late events): one dead letter each, stage 'late'. */
+static void
+set_aside_rejected(FlowWorker *w, Batch *b)
+{
+	ListCell   *lc;
+
+	foreach(lc, w->opctx->rejected)
+	{
+		SdpRejected *r = lfirst(lc);
+		rd_kafka_message_t *m = NULL;
+		ListCell   *dc;
+		bool		seen = false;
+
+		for (int i = 0; i < b->nmsgs && m == NULL; i++)
+			if (b->msgs[i]->partition == r->partition && b->msgs[i]->offset == r->offset)
+				m = b->msgs[i];
+		if (m == NULL)
+			continue;
+		foreach(dc, b->dead)
+		{
+			DeadLetter *d = lfirst(dc);
+
+			if (d->msg == m)
+				seen = true;
+		}
+		if (seen)
+			continue;			/* late for several windows: set aside once */
+		b->rows_late++;
+		if (w->opts.on_error != SDP_ON_ERROR_SKIP)
+		{
+			DeadLetter *dl = palloc0(sizeof(DeadLetter));
+
+			dl->msg = m;
+			dl->stage = "late";
+			dl->error = r->reason;
+			dl->sqlstate = ERRCODE_DATA_EXCEPTION;
+			b->dead = lappend(b->dead, dl);
+		}
+	}
+	w->opctx->rejected = NIL;
+}
+
 /*
  * Run the operator over the transform's rows and the due timers, then write
  * what it emitted.  From here on the state has changed.
@@ -385,8 +653,14 @@ operate_and_write(FlowWorker *w, Batch *b, HeapTuple *rows, int nrows, char **fa
 	ctx->now = GetCurrentTimestamp();
 	ctx->emit_cxt = CurrentMemoryContext;
 	ctx->emitted = NIL;
+	ctx->rejected = NIL;
+	/* rows see the watermark of the previous batch; this batch's event times move it afterwards */
 	sdp_operator_handle_rows(ctx, rows, nrows);
+	observe_event_times(w, b->nmsgs > 0 ? b : NULL, ctx->now);
+	advance_watermark(w, ctx->now);
 	sdp_operator_fire_timers(ctx);
+	if (ctx->rejected != NIL)
+		set_aside_rejected(w, b);
 
 	emitted = palloc(sizeof(HeapTuple) * (list_length(ctx->emitted) + 1));
 	foreach(lc, ctx->emitted)
@@ -411,6 +685,7 @@ stateful_attempt(FlowWorker *w, Batch *b, bool isolate, int64 *new_next, char **
 	b->rows_out = 0;
 	b->rows_written = 0;
 	b->rows_skipped = 0;
+	b->rows_late = 0;
 
 	StartTransactionCommand();
 	PG_TRY();
@@ -565,6 +840,9 @@ sdp_stateful_next_wakeup(FlowWorker *w)
 
 	if (hash_get_num_entries(w->store->dirty) > 0)
 		next = Min(next, w->next_checkpoint);
+	/* event-time timers may come due as partitions go idle: look again soon */
+	if (sdp_operator_next_timer(w->opctx, SDP_EVENT_TIME) != DT_NOEND)
+		next = Min(next, TimestampTzPlusMilliseconds(GetCurrentTimestamp(), 100));
 	return next;
 }
 
@@ -574,12 +852,16 @@ sdp_stateful_tick(FlowWorker *w)
 {
 	TimestampTz now = GetCurrentTimestamp();
 	MemoryContext cxt = CurrentMemoryContext;
-	bool		timers_due = sdp_operator_next_timer(w->opctx, SDP_PROCESSING_TIME) <= now;
+	bool		timers_due;
 	bool		checkpoint = checkpoint_due(w, now) && hash_get_num_entries(w->store->dirty) > 0;
 	Batch		b;
 	char	   *fail_message = NULL;
 	volatile bool failed = false;
 	ErrorData  *volatile edata = NULL;
+
+	advance_watermark(w, now);	/* idle partitions stop holding it back */
+	timers_due = sdp_operator_next_timer(w->opctx, SDP_PROCESSING_TIME) <= now ||
+		sdp_operator_next_timer(w->opctx, SDP_EVENT_TIME) <= w->opctx->watermark;
 
 	if (!timers_due && !checkpoint)
 		return;

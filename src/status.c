@@ -24,7 +24,7 @@ PG_FUNCTION_INFO_V1(sdp_flow_partitions);
 PG_FUNCTION_INFO_V1(sdp_flow_progress);
 PG_FUNCTION_INFO_V1(sdp_flow_state);
 
-#define RUNTIME_COLS 20
+#define RUNTIME_COLS 22
 
 static Datum
 timestamp_or_null(TimestampTz ts, bool *isnull)
@@ -99,6 +99,9 @@ sdp_flow_runtime(PG_FUNCTION_ARGS)
 		nulls[i++] = (copy->state_area == 0);
 		values[i] = timestamp_or_null(copy->last_checkpoint_at, &nulls[i]);
 		i++;
+		values[i++] = Int64GetDatum(copy->rows_late);
+		values[i] = TimestampTzGetDatum(copy->watermark);
+		nulls[i++] = (copy->watermark == 0 || copy->watermark == DT_NOBEGIN);
 		Assert(i == RUNTIME_COLS);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}

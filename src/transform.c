@@ -72,8 +72,23 @@ transform_error_context(void *arg)
  * calls return in SPI's own context, so every SPI call here is followed by
  * a switch back).
  */
+static void transform_prepare(SdpTransform *t, SdpInputSchema *schema, const char *sql, bool generated);
+
 void
 sdp_transform_prepare(SdpTransform *t, SdpInputSchema *schema, const char *sql)
+{
+	transform_prepare(t, schema, sql, false);
+}
+
+/* The same for a transform an operator built: its SQL is not the user's, so errors do not quote it. */
+void
+sdp_transform_prepare_generated(SdpTransform *t, SdpInputSchema *schema, const char *sql)
+{
+	transform_prepare(t, schema, sql, true);
+}
+
+static void
+transform_prepare(SdpTransform *t, SdpInputSchema *schema, const char *sql, bool generated)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	List	   *sources;
@@ -90,7 +105,8 @@ sdp_transform_prepare(SdpTransform *t, SdpInputSchema *schema, const char *sql)
 	errcb.callback = transform_error_context;
 	errcb.arg = &ctx;
 	errcb.previous = error_context_stack;
-	error_context_stack = &errcb;
+	if (!generated)
+		error_context_stack = &errcb;
 
 	sdp_register_rows(SDP_INPUT_RELATION, schema->tupdesc, NULL, 0);
 	t->plan = SPI_prepare(sql, 0, NULL);
@@ -123,7 +139,8 @@ sdp_transform_prepare(SdpTransform *t, SdpInputSchema *schema, const char *sql)
 		}
 	}
 	t->result_desc = CreateTupleDescCopy(ps->resultDesc);
-	error_context_stack = errcb.previous;
+	if (!generated)
+		error_context_stack = errcb.previous;
 }
 
 /* Run the transform once over an empty input: it checks the privileges on what it reads. */

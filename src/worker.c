@@ -87,6 +87,7 @@ sdp_flow_worker_main(Datum main_arg)
 	/* Publish our pid; from here on our exit is reported to the launcher. */
 	SpinLockAcquire(&w->slot->mutex);
 	w->slot->pid = MyProcPid;
+	w->slot->latch = MyLatch;
 	w->slot->started_at = GetCurrentTimestamp();
 	w->slot->state = SDP_FLOW_STARTING;
 	SpinLockRelease(&w->slot->mutex);
@@ -121,6 +122,7 @@ worker_on_exit(int code, Datum arg)
 
 	SpinLockAcquire(&slot->mutex);
 	slot->pid = 0;
+	slot->latch = NULL;
 	slot->exited_at = GetCurrentTimestamp();
 	SpinLockRelease(&slot->mutex);
 	sdp_wake_launcher();
@@ -660,6 +662,8 @@ worker_loop(FlowWorker *w)
 			ConfigReloadPending = false;
 			ProcessConfigFile(PGC_SIGHUP);
 		}
+		if (w->op)
+			sdp_stateful_reload_if_changed(w);
 
 		n = kafka_source_poll(w->kafka, w->poll_buf, w->opts.max_batch_rows);
 		if (n > 0 && n < w->opts.max_batch_rows && w->opts.max_batch_wait_ms > 0)

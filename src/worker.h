@@ -55,6 +55,7 @@ typedef struct Batch
 	int64		rows_out;		/* rows the transform produced */
 	int64		rows_written;
 	int64		rows_skipped;
+	int64		rows_late;		/* set aside by the operator as late */
 	int64		read_us;		/* Unix time (us) when the batch was taken */
 	bool		decoded;		/* decoding happens once, in the first attempt */
 	int			ndead_decode;	/* the first entries of dead are decode failures */
@@ -78,6 +79,8 @@ typedef struct FlowWorker
 	Oid			target;
 	SdpTransform transform;
 	SdpSink		sink;
+	TupleDesc	rows_desc;		/* the flow's own transform's rows (an operator may build the transform run) */
+	SPIPlanPtr	user_plan;
 
 	SPIPlanPtr	offsets_plan;		/* UPDATE: every batch */
 	SPIPlanPtr	offsets_insert_plan;	/* INSERT: partitions newly assigned */
@@ -93,6 +96,14 @@ typedef struct FlowWorker
 	SPIPlanPtr	checkpoint_offsets_plan;
 	TimestampTz next_checkpoint;
 	bool		state_mutated;	/* in a batch, the operator has changed state */
+	SPIPlanPtr	checkpoint_watermark_plan;
+	uint64		config_generation;
+
+	/* event time: per partition id, the highest event time seen and when data last came */
+	int			event_time_index;	/* in the input schema, -1 when none */
+	int			nwm;
+	TimestampTz *wm_max;
+	TimestampTz *wm_last;
 
 	KafkaSource *kafka;
 	int			npartitions;
@@ -133,6 +144,7 @@ extern void sdp_stateful_prepare_plans(FlowWorker *w);
 extern void sdp_stateful_restore(FlowWorker *w);
 extern void sdp_stateful_process_batch(FlowWorker *w, Batch *b, int64 *new_next);
 extern void sdp_stateful_tick(FlowWorker *w);
+extern void sdp_stateful_reload_if_changed(FlowWorker *w);
 extern TimestampTz sdp_stateful_next_wakeup(FlowWorker *w);
 
 #endif							/* SDP_WORKER_H */
