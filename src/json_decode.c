@@ -16,6 +16,7 @@
 #include <math.h>
 
 #include "catalog/pg_type.h"
+#include "common/shortest_dec.h"
 #include "mb/pg_wchar.h"
 /* PostgreSQL's SQL functions json_object and json_typeof clash with jansson's names. */
 #define json_object pg_json_object
@@ -60,6 +61,13 @@ json_value_text(json_t *v, size_t *len)
 	{
 		*len = 5;
 		return "false";
+	}
+	if (json_is_real(v))
+	{
+		/* the shortest text that reads back as the same double: 123.45, not 123.45000000000000284 */
+		result = palloc(DOUBLE_SHORTEST_DECIMAL_LEN);
+		*len = double_to_shortest_decimal_buf(json_real_value(v), result);
+		return result;
 	}
 	dumped = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
 	if (dumped == NULL)

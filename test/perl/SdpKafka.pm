@@ -376,7 +376,7 @@ sub _flightsim_command (%args)
 	croak "bootstrap and topic are required"
 	  unless defined $args{bootstrap} && defined $args{topic};
 	return [
-		_tool('flight_sim'), '--bootstrap', $args{bootstrap},
+		_tool($args{tool} // 'flight_sim'), '--bootstrap', $args{bootstrap},
 		'--topic', $args{topic}, @{ $args{args} // [] }
 	];
 }
@@ -395,6 +395,10 @@ sub _flightsim_report ($stdout, $stderr, $status, $allow_failure)
 	$report->{stderr} = $stderr;
 	return $report;
 }
+
+# The payments simulator (tools/payment_sim) runs the same way.
+sub run_paymentsim (%args)   { return run_flightsim(%args, tool => 'payment_sim') }
+sub start_paymentsim (%args) { return start_flightsim(%args, tool => 'payment_sim') }
 
 sub run_flightsim (%args)
 {
