@@ -15,6 +15,10 @@
 #     same window as the flow's progress report.
 #  3. both flows (enrich and zone congestion) on one topic at 10,000 events/s.
 #  4. memory: the workers' RSS after warm-up and after a sustained run.
+#  5. window_agg: events/s with 5 aggregations over 10,000 merchants; the
+#     delay from the watermark passing a window's end to its row being
+#     committed (readable); the latency of reading the last 24 windows of one
+#     merchant by key (pgbench) while the stream runs.
 #
 # Usage: bash bench/run.sh [--quick]      (--quick: smaller sizes, for a smoke test)
 # Results: tables on stdout, and bench/out/<timestamp>.txt
@@ -24,7 +28,8 @@ cd "$(dirname "$0")/.."
 
 quick=${1:-}
 TPUT_N=300000; TPUT2_N=300000; RATES="1000 10000 50000"; MEM_RATE=5000; MEM_SECONDS=120
-if [ "$quick" = "--quick" ]; then TPUT_N=30000; TPUT2_N=30000; RATES="1000 10000"; MEM_SECONDS=30; fi
+PAY_N=300000; PAY_SECONDS=30
+if [ "$quick" = "--quick" ]; then TPUT_N=30000; TPUT2_N=30000; RATES="1000 10000"; MEM_SECONDS=30; PAY_N=30000; PAY_SECONDS=15; fi
 port=${BENCH_PORT:-5489}
 
 sdp_install_packages bc
@@ -53,12 +58,13 @@ shared_buffers = '512MB'
 max_wal_size = '8GB'
 checkpoint_timeout = '30min'
 max_worker_processes = 16
+track_commit_timestamp = on
 CONF
 sdp_as_postgres pg_ctl -D "$dir/pg" -l "$dir/postgres.log" -w start >/dev/null
 sql() { sdp_as_postgres psql -X -q -At -h "$dir" -p "$port" -U postgres -d postgres "$@"; }
 
 tools/sdp_broker --topic tput:32 --topic tput2:16 --topic lat1000:4 --topic lat10000:4 \
-  --topic lat50000:4 --topic both:4 --topic mem:8 --addr-file "$dir/broker.addr" --quiet > "$dir/broker.log" 2>&1 &
+  --topic lat50000:4 --topic both:4 --topic mem:8 --topic pay:16 --topic paylive:4 --addr-file "$dir/broker.addr" --quiet > "$dir/broker.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 100); do [ -s "$dir/broker.addr" ] && break; sleep 0.1; done
 boot=$(cat "$dir/broker.addr")
@@ -226,6 +232,62 @@ printf '  %-24s %10s %10s %11s %11s %12s\n' "flow" "RSS @15s" "RSS @end" "anon @
 printf '  %-24s %10d %10d %11d %11d %12d\n' "positions_flow" "$p_rss0" "$p_rss1" "$p_anon0" "$p_anon1" $((p_anon1 - p_anon0))
 printf '  %-24s %10d %10d %11d %11d %12d\n' "zone_congestion_flow" "$z_rss0" "$z_rss1" "$z_anon0" "$z_anon1" $((z_anon1 - z_anon0))
 echo "  (RSS counts the shared buffers a worker has touched; anon is its own memory. At the end: $lag)"
+sql -c "SELECT sdp_stop_flow('mem_positions'), sdp_stop_flow('mem_zones')" >/dev/null
+echo
+
+# 5. window_agg
+make_payments_flow() {  # name topic table window
+  sql >/dev/null <<SQL
+SELECT sdp_create_source('$1', '$boot', '$2');
+SELECT sdp_create_window_table('$3');
+SELECT sdp_create_flow('$1', source => '$1', target => '$3',
+  schema => 'merchant_id text, country text, method text, status text, amount numeric, event_ts timestamptz',
+  operator => 'window_agg', options => '{"event_time": "event_ts", "idle_timeout": "2 seconds", "progress_interval": "5 seconds"}');
+SELECT sdp_load_aggregations('$1', \$\$[
+  {"name": "payments", "group_by": ["merchant_id"], "operation": "count", "window_size": "$4", "allowance": "200 ms"},
+  {"name": "approved_volume", "group_by": ["merchant_id", "country"], "operation": "sum", "value": "amount",
+   "filter": "status = 'approved'", "window_size": "$4", "allowance": "200 ms"},
+  {"name": "avg_ticket", "group_by": ["merchant_id"], "operation": "avg", "value": "amount", "window_size": "$4", "allowance": "200 ms"},
+  {"name": "rejection_ratio", "group_by": ["merchant_id"], "operation": "ratio", "filter": "status = 'rejected'",
+   "denominator_filter": "true", "window_size": "$4", "allowance": "200 ms"},
+  {"name": "countries", "group_by": ["merchant_id"], "operation": "approx_distinct", "value": "country",
+   "window_size": "$4", "allowance": "200 ms"}]\$\$);
+SQL
+}
+echo "window_agg: 5 aggregations (count, sum, avg, ratio, approx_distinct) per merchant"
+make_payments_flow pay pay pay_windows "1 minute"
+wait_running pay 1
+t0=$(now)
+tools/payment_sim --bootstrap "$boot" --topic pay --merchants 10000 --count "$PAY_N" --rate 0 --event-time step:1 --quiet > /dev/null &
+t1=$(wait_read pay "$PAY_N")
+printf '  %-62s %10.0f\n' "events/s, 10,000 merchants, producer running concurrently" "$(echo "$PAY_N / ($t1 - $t0)" | bc -l)"
+sql -c "SELECT sdp_stop_flow('pay')" >/dev/null
+
+# live: event time = now, 1-second windows close every second while pgbench reads by key
+make_payments_flow paylive paylive paylive_windows "1 second"
+wait_running paylive 1
+tools/payment_sim --bootstrap "$boot" --topic paylive --merchants 1000 --rate 5000 --duration "$PAY_SECONDS" \
+  --event-time now --linger-ms 1 --quiet > /dev/null &
+sim=$!
+sleep 3
+cat > "$dir/read.sql" <<'PGB'
+\set m random(1, 1000)
+SELECT window_start, value, row_count FROM paylive_windows
+ WHERE definition = 'rejection_ratio' AND entity = 'm' || lpad(:m::text, 5, '0')
+ ORDER BY window_end DESC LIMIT 24;
+PGB
+( cd "$dir" && sdp_as_postgres pgbench -n -h "$dir" -p "$port" -U postgres -c 1 -T $((PAY_SECONDS - 5)) \
+    -f "$dir/read.sql" --log --log-prefix="$dir/pgb" postgres > "$dir/pgbench.out" 2>&1 )
+wait "$sim"
+sleep 4
+read -r d50 d99 dn < <(sql -c "SELECT concat_ws(' ',
+    round((percentile_cont(0.5) WITHIN GROUP (ORDER BY d))::numeric, 3),
+    round((percentile_cont(0.99) WITHIN GROUP (ORDER BY d))::numeric, 3), count(*))
+  FROM (SELECT extract(epoch FROM pg_xact_commit_timestamp(xmin) - emitted_at) * 1000 AS d FROM paylive_windows) s")
+read -r r50 r99 r999 rn < <(cat "$dir"/pgb* | awk '{print $3}' | sort -n | awk '{v[NR]=$1} END {
+    printf "%.3f %.3f %.3f %d\n", v[int((NR*50+99)/100)]/1000, v[int((NR*99+99)/100)]/1000, v[int((NR*999+999)/1000)]/1000, NR}')
+printf '  %-62s %s / %s ms (%s rows)\n' "window finalized -> row committed, P50 / P99" "$d50" "$d99" "$dn"
+printf '  %-62s %s / %s / %s ms (%s reads)\n' "read last 24 windows of a merchant by key, P50 / P99 / P99.9" "$r50" "$r99" "$r999" "$rn"
 } | tee "$report"
 echo
 echo "saved in $report"

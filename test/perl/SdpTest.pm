@@ -153,6 +153,24 @@ sub crash_and_restart ($node)
 	return 1;
 }
 
+=item wait_for_log($node, $regex, $timeout = 60)
+
+Waits until the node's server log matches $regex.
+
+=cut
+
+sub wait_for_log ($node, $regex, $timeout = 60)
+{
+	my $deadline = time + $timeout;
+	while (time < $deadline)
+	{
+		return 1 if PostgreSQL::Test::Utils::slurp_file($node->logfile) =~ $regex;
+		usleep(100_000);
+	}
+	diag("timed out after $timeout s waiting for $regex in the server log");
+	return 0;
+}
+
 =item assert_exactly_once($node, $table, $expected_per_partition)
 
 Asserts that the table's (kafka_partition, kafka_offset) pairs are exactly

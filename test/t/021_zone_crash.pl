@@ -50,8 +50,7 @@ pass("postmaster killed with SIGKILL mid-stream ($keys_before zones in state), r
 
 ok(SdpTest::wait_for($node, "SELECT state = 'running' FROM sdp.flow_status WHERE flow = 'zone_congestion_flow'"),
 	'the flow runs again');
-my $log = slurp_file($node->logfile);
-like($log, qr/sdp flow "zone_congestion_flow" restored the state of \d+ keys from its checkpoint/,
+ok(SdpTest::wait_for_log($node, qr/sdp flow "zone_congestion_flow" restored the state of \d+ keys from its checkpoint/),
 	'it restored its checkpointed state');
 
 my $report = $producer->finish;

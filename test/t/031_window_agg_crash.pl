@@ -25,7 +25,7 @@ SQL
 my $before = SdpTest::query($node, 'SELECT count(*) FROM payment_windows');
 SdpTest::crash_and_restart($node);
 pass("postmaster killed with SIGKILL mid-stream ($before windows written), restarted");
-like(slurp_file($node->logfile), qr/sdp flow "payments_agg" restored the state of \d+ keys/, 'the flow restored its checkpoint');
+ok(SdpTest::wait_for_log($node, qr/sdp flow "payments_agg" restored the state of \d+ keys/), 'the flow restored its checkpoint');
 
 my $report = $producer->finish;
 is($report->{delivered}, 30000, 'payment_sim delivered 30,000');
