@@ -261,12 +261,14 @@ SELECT f.name AS flow,
   JOIN sdp.sources s ON s.name = f.source
   LEFT JOIN sdp_flow_runtime() r ON r.flow = f.name
   LEFT JOIN LATERAL (
-        SELECT sum(rp.high_watermark - o.next_offset) AS lag,
+        -- a running worker knows its offsets best (a stateful flow stores them at checkpoints)
+        SELECT sum(greatest(rp.high_watermark - coalesce(rp.committed_offset, o.next_offset), 0)) AS lag,
                jsonb_agg(jsonb_build_object(
                    'partition', o.partition,
-                   'committed_offset', o.next_offset,
+                   'committed_offset', coalesce(rp.committed_offset, o.next_offset),
                    'high_watermark', rp.high_watermark,
-                   'lag', rp.high_watermark - o.next_offset) ORDER BY o.partition) AS partitions
+                   'lag', greatest(rp.high_watermark - coalesce(rp.committed_offset, o.next_offset), 0))
+                         ORDER BY o.partition) AS partitions
           FROM sdp.offsets o
           LEFT JOIN sdp_flow_partitions(f.name) rp ON rp.partition = o.partition
          WHERE o.flow_id = f.id) p ON true;

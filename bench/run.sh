@@ -64,7 +64,7 @@ sdp_as_postgres pg_ctl -D "$dir/pg" -l "$dir/postgres.log" -w start >/dev/null
 sql() { sdp_as_postgres psql -X -q -At -h "$dir" -p "$port" -U postgres -d postgres "$@"; }
 
 tools/sdp_broker --topic tput:32 --topic tput2:16 --topic lat1000:4 --topic lat10000:4 \
-  --topic lat50000:4 --topic both:4 --topic mem:8 --topic pay:16 --topic paylive:4 --addr-file "$dir/broker.addr" --quiet > "$dir/broker.log" 2>&1 &
+  --topic lat50000:4 --topic both:4 --topic mem:8 --topic pay:16 --topic paylive20:4 --topic paylive100:4 --topic paylive1000:4 --addr-file "$dir/broker.addr" --quiet > "$dir/broker.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 100); do [ -s "$dir/broker.addr" ] && break; sleep 0.1; done
 boot=$(cat "$dir/broker.addr")
@@ -139,6 +139,7 @@ out=bench/out; mkdir -p "$out"; report="$out/$(date -u +%Y%m%dT%H%M%SZ).txt"
 echo "sdp_ext benchmark, $(date -u), $(nproc) cores, $(uname -r), PostgreSQL $(sdp_as_postgres postgres --version | awk '{print $3}')"
 echo
 
+if [ -n "${BENCH_ONLY_PAY:-}" ]; then TPUT_N=1000; TPUT2_N=1000; RATES=""; MEM_SECONDS=16; fi
 # 1a. throughput, every row a new key: the flow and COPY write the same rows
 make_flow tput tput positions_tput '2 seconds'
 sleep 1
@@ -263,30 +264,38 @@ t1=$(wait_read pay "$PAY_N")
 printf '  %-62s %10.0f\n' "events/s, 10,000 merchants, producer running concurrently" "$(echo "$PAY_N / ($t1 - $t0)" | bc -l)"
 sql -c "SELECT sdp_stop_flow('pay')" >/dev/null
 
-# live: event time = now, 1-second windows close every second while pgbench reads by key
-make_payments_flow paylive paylive paylive_windows "1 second"
-wait_running paylive 1
-tools/payment_sim --bootstrap "$boot" --topic paylive --merchants 1000 --rate 5000 --duration "$PAY_SECONDS" \
-  --event-time now --linger-ms 1 --quiet > /dev/null &
-sim=$!
-sleep 3
+# live: event time = now; 1-second windows of every entity close at once each
+# second; at two scales of entities (one after the other), pgbench reading by
+# key during the larger one
 cat > "$dir/read.sql" <<'PGB'
 \set m random(1, 1000)
-SELECT window_start, value, row_count FROM paylive_windows
+SELECT window_start, value, row_count FROM paylive1000_windows
  WHERE definition = 'rejection_ratio' AND entity = 'm' || lpad(:m::text, 5, '0')
  ORDER BY window_end DESC LIMIT 24;
 PGB
-( cd "$dir" && sdp_as_postgres pgbench -n -h "$dir" -p "$port" -U postgres -c 1 -T $((PAY_SECONDS - 5)) \
-    -f "$dir/read.sql" --log --log-prefix="$dir/pgb" postgres > "$dir/pgbench.out" 2>&1 )
-wait "$sim"
-sleep 4
-read -r d50 d99 dn < <(sql -c "SELECT concat_ws(' ',
-    round((percentile_cont(0.5) WITHIN GROUP (ORDER BY d))::numeric, 3),
-    round((percentile_cont(0.99) WITHIN GROUP (ORDER BY d))::numeric, 3), count(*))
-  FROM (SELECT extract(epoch FROM pg_xact_commit_timestamp(xmin) - emitted_at) * 1000 AS d FROM paylive_windows) s")
+for merchants in 20 100 1000; do
+  make_payments_flow "paylive$merchants" "paylive$merchants" "paylive${merchants}_windows" "1 second"
+  wait_running "paylive$merchants" 1
+  tools/payment_sim --bootstrap "$boot" --topic "paylive$merchants" --merchants "$merchants" --rate 5000 \
+    --duration "$PAY_SECONDS" --event-time now --linger-ms 1 --quiet > /dev/null &
+  sim=$!
+  if [ "$merchants" = 1000 ]; then
+    sleep 3
+    ( cd "$dir" && sdp_as_postgres pgbench -n -h "$dir" -p "$port" -U postgres -c 1 -T $((PAY_SECONDS - 5)) \
+        -f "$dir/read.sql" --log --log-prefix="$dir/pgb" postgres > "$dir/pgbench.out" 2>&1 )
+  fi
+  wait "$sim"
+  sleep 4
+  sql -c "SELECT sdp_stop_flow('paylive$merchants')" >/dev/null
+  read -r d50 d99 dn < <(sql -c "SELECT concat_ws(' ',
+      round((percentile_cont(0.5) WITHIN GROUP (ORDER BY d))::numeric, 3),
+      round((percentile_cont(0.99) WITHIN GROUP (ORDER BY d))::numeric, 3), count(*))
+    FROM (SELECT extract(epoch FROM pg_xact_commit_timestamp(xmin) - emitted_at) * 1000 AS d
+            FROM paylive${merchants}_windows) s")
+  printf '  %-62s %s / %s ms (%s rows)\n' "window finalized -> committed, $merchants merchants x 5, P50 / P99" "$d50" "$d99" "$dn"
+done
 read -r r50 r99 r999 rn < <(cat "$dir"/pgb* | awk '{print $3}' | sort -n | awk '{v[NR]=$1} END {
     printf "%.3f %.3f %.3f %d\n", v[int((NR*50+99)/100)]/1000, v[int((NR*99+99)/100)]/1000, v[int((NR*999+999)/1000)]/1000, NR}')
-printf '  %-62s %s / %s ms (%s rows)\n' "window finalized -> row committed, P50 / P99" "$d50" "$d99" "$dn"
 printf '  %-62s %s / %s / %s ms (%s reads)\n' "read last 24 windows of a merchant by key, P50 / P99 / P99.9" "$r50" "$r99" "$r999" "$rn"
 } | tee "$report"
 echo

@@ -277,6 +277,22 @@ sdp_write_batch_offsets(FlowWorker *w, Batch *b, int64 *new_next)
 	int64	   *offs = palloc(sizeof(int64) * w->npartitions);
 	int			n = 0;
 
+	sdp_next_offsets(w, b, new_next);
+	for (int i = 0; i < w->npartitions; i++)
+		if (new_next[i] != w->next_offset[i])
+		{
+			parts[n] = w->partitions[i];
+			offs[n] = new_next[i];
+			n++;
+		}
+	if (n > 0)
+		sdp_store_offsets(w, n, parts, offs, false);
+}
+
+/* The next offset of every partition once the batch is done. */
+void
+sdp_next_offsets(FlowWorker *w, Batch *b, int64 *new_next)
+{
 	for (int i = 0; i < w->npartitions; i++)
 		new_next[i] = w->next_offset[i];
 	for (int i = 0; i < b->nmsgs; i++)
@@ -287,15 +303,6 @@ sdp_write_batch_offsets(FlowWorker *w, Batch *b, int64 *new_next)
 		if (idx >= 0 && m->offset + 1 > new_next[idx])
 			new_next[idx] = m->offset + 1;
 	}
-	for (int i = 0; i < w->npartitions; i++)
-		if (new_next[i] != w->next_offset[i])
-		{
-			parts[n] = w->partitions[i];
-			offs[n] = new_next[i];
-			n++;
-		}
-	if (n > 0)
-		sdp_store_offsets(w, n, parts, offs, false);
 }
 
 typedef enum BatchOutcome

@@ -325,9 +325,15 @@ sdp_stateful_restore(FlowWorker *w)
 						w->args.name, (unsigned long long) nkeys)));
 }
 
-/* Write the keys changed since the last checkpoint, and the offsets they match. */
+/*
+ * Write the keys changed since the last checkpoint, and the offsets they
+ * match (next_offset: where the batches are; state_offset: where this state
+ * is; the same, as the checkpoint is taken between batches).  A stateful
+ * flow writes its offsets only here: it restarts from its checkpoint, not
+ * from its last batch.
+ */
 static void
-write_checkpoint(FlowWorker *w)
+write_checkpoint(FlowWorker *w, int64 *next)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	HASH_SEQ_STATUS seq;
@@ -361,6 +367,7 @@ write_checkpoint(FlowWorker *w)
 		sdp_state_close_key(&ks);
 	}
 
+	sdp_store_offsets(w, w->npartitions, w->partitions, next, false);
 	values[0] = Int64GetDatum(w->args.flow_id);
 	sdp_catalog_enter(&scope);
 	if (nput > 0)
@@ -414,6 +421,7 @@ write_checkpoint(FlowWorker *w)
 	hash_seq_init(&seq, w->store->dirty);
 	while ((dirty = hash_seq_search(&seq)) != NULL)
 		(void) hash_search(w->store->dirty, dirty, HASH_REMOVE, NULL);
+	w->offsets_moved = false;
 	w->next_checkpoint = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), w->opts.checkpoint_interval_ms);
 }
 
@@ -421,6 +429,13 @@ static bool
 checkpoint_due(FlowWorker *w, TimestampTz now)
 {
 	return now >= w->next_checkpoint;
+}
+
+/* Something to checkpoint: changed state, or offsets that moved. */
+static bool
+checkpoint_needed(FlowWorker *w)
+{
+	return w->offsets_moved || hash_get_num_entries(w->store->dirty) > 0;
 }
 
 /* An emitted row as JSON text, for its dead letter. */
@@ -657,6 +672,7 @@ operate_and_write(FlowWorker *w, Batch *b, HeapTuple *rows, int nrows, char **fa
 	/* rows see the watermark of the previous batch; this batch's event times move it afterwards */
 	sdp_operator_handle_rows(ctx, rows, nrows);
 	observe_event_times(w, b->nmsgs > 0 ? b : NULL, ctx->now);
+	ctx->now = GetCurrentTimestamp();	/* timers fire, and their rows are stamped, now */
 	advance_watermark(w, ctx->now);
 	sdp_operator_fire_timers(ctx);
 	if (ctx->rejected != NIL)
@@ -728,10 +744,12 @@ stateful_attempt(FlowWorker *w, Batch *b, bool isolate, int64 *new_next, char **
 		if (outcome == STATEFUL_COMMITTED)
 		{
 			sdp_write_dead_letters(w, b);
-			sdp_write_batch_offsets(w, b, new_next);
+			sdp_next_offsets(w, b, new_next);
+			if (b->nmsgs > 0)
+				w->offsets_moved = true;
 			if (checkpoint_due(w, GetCurrentTimestamp()))
 			{
-				write_checkpoint(w);
+				write_checkpoint(w, new_next);
 				publish_state_stats(w, true);
 			}
 		}
@@ -838,7 +856,7 @@ sdp_stateful_next_wakeup(FlowWorker *w)
 {
 	TimestampTz next = sdp_operator_next_timer(w->opctx, SDP_PROCESSING_TIME);
 
-	if (hash_get_num_entries(w->store->dirty) > 0)
+	if (checkpoint_needed(w))
 		next = Min(next, w->next_checkpoint);
 	/* event-time timers may come due as partitions go idle: look again soon */
 	if (sdp_operator_next_timer(w->opctx, SDP_EVENT_TIME) != DT_NOEND)
@@ -853,7 +871,7 @@ sdp_stateful_tick(FlowWorker *w)
 	TimestampTz now = GetCurrentTimestamp();
 	MemoryContext cxt = CurrentMemoryContext;
 	bool		timers_due;
-	bool		checkpoint = checkpoint_due(w, now) && hash_get_num_entries(w->store->dirty) > 0;
+	bool		checkpoint = checkpoint_due(w, now) && checkpoint_needed(w);
 	Batch		b;
 	char	   *fail_message = NULL;
 	volatile bool failed = false;
@@ -880,7 +898,7 @@ sdp_stateful_tick(FlowWorker *w)
 		{
 			sdp_write_dead_letters(w, &b);
 			if (checkpoint_due(w, now))
-				write_checkpoint(w);
+				write_checkpoint(w, w->next_offset);
 		}
 		PopActiveSnapshot();
 		SPI_finish();

@@ -95,6 +95,7 @@ typedef struct FlowWorker
 	SPIPlanPtr	checkpoint_delete_plan;
 	SPIPlanPtr	checkpoint_offsets_plan;
 	TimestampTz next_checkpoint;
+	bool		offsets_moved;	/* since the last checkpoint */
 	bool		state_mutated;	/* in a batch, the operator has changed state */
 	SPIPlanPtr	checkpoint_watermark_plan;
 	uint64		config_generation;
@@ -135,6 +136,7 @@ extern bool sdp_is_data_error(int sqlerrcode);
 extern void sdp_decode_batch(FlowWorker *w, Batch *b);
 extern void sdp_write_dead_letters(FlowWorker *w, Batch *b);
 extern void sdp_write_batch_offsets(FlowWorker *w, Batch *b, int64 *new_next);
+extern void sdp_next_offsets(FlowWorker *w, Batch *b, int64 *new_next);
 extern void sdp_process_batch(FlowWorker *w, Batch *b);
 extern void sdp_account_batch(FlowWorker *w, Batch *b, int64 *new_next, int64 decode_dead);
 

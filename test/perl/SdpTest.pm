@@ -101,17 +101,20 @@ sub wait_for ($node, $sql, $timeout = 120)
 =item wait_consumed($node, $flow, $total, $timeout)
 
 Waits until the flow has committed offsets that add up to $total messages
-(the sum over partitions of the next offset), i.e. it has consumed
-everything up to there.
+(the sum over partitions of the next offset, as sdp.flow_status shows it),
+i.e. it has consumed everything up to there.
 
 =cut
 
+sub consumed_sql ($flow)
+{
+	return "SELECT coalesce(sum((p->>'committed_offset')::bigint), 0) FROM sdp.flow_status s, "
+	  . "jsonb_array_elements(s.partitions) p WHERE s.flow = '$flow'";
+}
+
 sub wait_consumed ($node, $flow, $total, $timeout = 120)
 {
-	return wait_for($node,
-		"SELECT coalesce(sum(o.next_offset), 0) >= $total FROM sdp.offsets o "
-		  . "JOIN sdp.flows f ON f.id = o.flow_id WHERE f.name = '$flow'",
-		$timeout);
+	return wait_for($node, "SELECT (" . consumed_sql($flow) . ") >= $total", $timeout);
 }
 
 =item query($node, $sql)

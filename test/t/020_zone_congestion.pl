@@ -83,7 +83,7 @@ while (time < $deadline)
 {
 	my ($t, $read) = split /\|/, SdpTest::query($node,
 		"SELECT coalesce((SELECT jsonb_array_length(value) FROM sdp_flow_state('zone_congestion_flow') WHERE key = 'Y' AND state = 'timers'), 0), "
-		  . "coalesce(sum(next_offset), 0) FROM sdp.offsets o JOIN sdp.flows f ON f.id = o.flow_id WHERE f.name = 'zone_congestion_flow'");
+		  . "(" . SdpTest::consumed_sql('zone_congestion_flow') . ")");
 	$max_timers = $t if $t > $max_timers;
 	last if $read >= 15 + 1 + 10000;
 	sleep 0.02;
