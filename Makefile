@@ -47,6 +47,10 @@ tools: $(TOOLS)
 tools/%: tools/%.c $(wildcard tools/*.h)
 	$(CC) $(TOOL_CFLAGS) -o $@ $< -lrdkafka -ljansson -lm -lpthread
 
+# the dashboard is a database client: libpq and an HTTP server, no Kafka
+tools/sdp_dashboard: tools/sdp_dashboard.c $(wildcard tools/*.h)
+	$(CC) $(TOOL_CFLAGS) -I$(shell $(PG_CONFIG) --includedir) -o $@ $< -lpq -lmicrohttpd -ljansson -lm -lpthread
+
 # The two halves of installcheck, runnable on their own (scripts/test.sh).
 .PHONY: regresscheck tapcheck
 regresscheck:

@@ -67,7 +67,7 @@ SELECT sdp_create_flow('positions_flow', source => 'flights', target => 'positio
                AND i.lon BETWEEN z.min_lon AND z.max_lon
              ORDER BY zone LIMIT 1) z ON true
      WHERE i.lat IS NOT NULL AND i.icao24 IS NOT NULL $$,
-  options   => '{"mode": "upsert", "progress_interval": "5 seconds"}');
+  options   => '{"mode": "upsert", "progress_interval": "5 seconds", "notify": "flights"}');
 
 -- How many aircraft are in each zone now, and whether it is crowded.
 CREATE TABLE zone_alerts (
@@ -89,4 +89,4 @@ SELECT sdp_create_flow('zone_congestion_flow', source => 'flights', target => 'z
   options   => '{"key": "zone", "member": "icao24", "ttl": "30 seconds",
                  "capacity_column": "capacity", "count_column": "aircraft_count",
                  "alert_column": "crowded", "time_column": "updated_at",
-                 "progress_interval": "5 seconds"}');
+                 "progress_interval": "5 seconds", "notify": "flights"}');

@@ -269,6 +269,36 @@ sdp_write_dead_letters(FlowWorker *w, Batch *b)
 	sdp_catalog_leave(&scope);
 }
 
+/*
+ * Option notify: tell listeners, at commit, that the batch wrote rows
+ * (payload: {"flow": ..., "target": ..., "rows": n}), so that applications
+ * read what changed as soon as it is there, without polling.
+ */
+void
+sdp_notify_rows(FlowWorker *w, int64 rows)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	SdpCatalogScope scope;
+	StringInfoData payload;
+	Datum		values[2];
+
+	if (w->notify_plan == NULL || rows <= 0)
+		return;
+	initStringInfo(&payload);
+	appendStringInfoString(&payload, "{\"flow\": ");
+	escape_json(&payload, w->args.name);
+	appendStringInfoString(&payload, ", \"target\": ");
+	escape_json(&payload, w->sink.relname);
+	appendStringInfo(&payload, ", \"rows\": " INT64_FORMAT "}", rows);
+	values[0] = CStringGetTextDatum(w->opts.notify_channel);
+	values[1] = CStringGetTextDatum(payload.data);
+	sdp_catalog_enter(&scope);
+	if (SPI_execute_plan(w->notify_plan, values, NULL, false, 0) != SPI_OK_SELECT)
+		elog(ERROR, "NOTIFY %s failed", w->opts.notify_channel);
+	sdp_catalog_leave(&scope);
+	MemoryContextSwitchTo(cxt);
+}
+
 /* The next offset of every partition the batch touched, stored with the rows. */
 void
 sdp_write_batch_offsets(FlowWorker *w, Batch *b, int64 *new_next)
@@ -358,6 +388,7 @@ attempt_batch(FlowWorker *w, Batch *b, bool isolate, int64 *new_next, char **fai
 		{
 			sdp_write_dead_letters(w, b);
 			sdp_write_batch_offsets(w, b, new_next);
+			sdp_notify_rows(w, b->rows_written);
 		}
 		PopActiveSnapshot();
 		SPI_finish();

@@ -39,6 +39,7 @@ typedef struct SdpFlowOptions
 	int			max_batch_wait_ms;
 	int			progress_interval_ms;
 	int			state_memory_limit_kb;
+	char	   *notify_channel;	/* NOTIFY this channel when a batch writes rows, or NULL */
 	Jsonb	   *operator_options;	/* the keys the flow itself does not know */
 } SdpFlowOptions;
 

@@ -228,6 +228,15 @@ sdp_parse_flow_options(Jsonb *options, SdpFlowOptions *opts)
 			opts->max_batch_wait_ms = Min(60000, sdp_interval_option_ms(key, jsonb_scalar_text(key, &v)));
 		else if (strcmp(key, "state_memory_limit") == 0)
 			opts->state_memory_limit_kb = memory_option_kb(key, jsonb_scalar_text(key, &v));
+		else if (strcmp(key, "notify") == 0)
+		{
+			val = jsonb_scalar_text(key, &v);
+			if (val[0] == '\0' || strlen(val) >= NAMEDATALEN)
+				ereport(ERROR,
+						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						 errmsg("option \"notify\" must be a channel name of 1 to %d bytes", NAMEDATALEN - 1)));
+			opts->notify_channel = val;
+		}
 		else if (strcmp(key, "max_batch_rows") == 0)
 			opts->max_batch_rows = int_option(key, jsonb_scalar_text(key, &v), 1, 1000000);
 		else if (strcmp(key, "synchronous_commit") == 0)

@@ -744,6 +744,7 @@ stateful_attempt(FlowWorker *w, Batch *b, bool isolate, int64 *new_next, char **
 		if (outcome == STATEFUL_COMMITTED)
 		{
 			sdp_write_dead_letters(w, b);
+			sdp_notify_rows(w, b->rows_written);
 			sdp_next_offsets(w, b, new_next);
 			if (b->nmsgs > 0)
 				w->offsets_moved = true;
@@ -897,6 +898,7 @@ sdp_stateful_tick(FlowWorker *w)
 		if (!failed)
 		{
 			sdp_write_dead_letters(w, &b);
+			sdp_notify_rows(w, b.rows_written);
 			if (checkpoint_due(w, now))
 				write_checkpoint(w, w->next_offset);
 		}

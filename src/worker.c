@@ -340,6 +340,15 @@ worker_load_flow(FlowWorker *w)
 		SPI_keepplan(w->offsets_plan);
 		SPI_keepplan(w->offsets_insert_plan);
 		SPI_keepplan(w->dead_letter_plan);
+		if (w->opts.notify_channel)
+		{
+			Oid			ntypes[2] = {TEXTOID, TEXTOID};
+
+			w->notify_plan = SPI_prepare("SELECT pg_notify($1, $2)", 2, ntypes);
+			if (w->notify_plan == NULL)
+				elog(ERROR, "could not prepare NOTIFY: %s", SPI_result_code_string(SPI_result));
+			SPI_keepplan(w->notify_plan);
+		}
 		if (w->op)
 			sdp_stateful_prepare_plans(w);
 		sdp_catalog_leave(&scope);

@@ -85,6 +85,7 @@ typedef struct FlowWorker
 	SPIPlanPtr	offsets_plan;		/* UPDATE: every batch */
 	SPIPlanPtr	offsets_insert_plan;	/* INSERT: partitions newly assigned */
 	SPIPlanPtr	dead_letter_plan;
+	SPIPlanPtr	notify_plan;	/* option notify */
 
 	/* stateful flows (stateful.c) */
 	const SdpOperator *op;
@@ -137,6 +138,7 @@ extern void sdp_decode_batch(FlowWorker *w, Batch *b);
 extern void sdp_write_dead_letters(FlowWorker *w, Batch *b);
 extern void sdp_write_batch_offsets(FlowWorker *w, Batch *b, int64 *new_next);
 extern void sdp_next_offsets(FlowWorker *w, Batch *b, int64 *new_next);
+extern void sdp_notify_rows(FlowWorker *w, int64 rows);
 extern void sdp_process_batch(FlowWorker *w, Batch *b);
 extern void sdp_account_batch(FlowWorker *w, Batch *b, int64 *new_next, int64 decode_dead);
 
