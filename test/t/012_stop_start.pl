@@ -46,6 +46,13 @@ $node->restart;
 ok(SdpTest::wait_for($node, "SELECT state = 'running' FROM sdp.flow_status WHERE flow = 'events_flow'"),
 	'running again after a restart');
 
+# a worker that dies is restarted by the launcher (after a backoff), and resumes
+my $pid = SdpTest::query($node, "SELECT pid FROM sdp.flow_status WHERE flow = 'events_flow'");
+SdpTest::query($node, "SELECT pg_terminate_backend($pid)");
+ok(SdpTest::wait_for($node,
+		"SELECT state = 'running' AND pid <> $pid AND restarts = 1 FROM sdp.flow_status WHERE flow = 'events_flow'"),
+	'a terminated worker is restarted, the restart counted');
+
 my $report = $producer->finish;
 is($report->{delivered}, 30000, 'producer delivered 30,000');
 ok(SdpTest::wait_consumed($node, 'events_flow', 30000), 'everything consumed');

@@ -14,6 +14,16 @@ use Test::More;
 my $broker = SdpKafka::start_broker(topics => { 'payments' => 4 });
 my $node = SdpTest::new_node('windows');
 SdpPayments::declare($node, $broker);
+# the same stream with retention: its windows (January 2026) are older than 30 days
+SdpTest::query($node, <<'SQL');
+SELECT sdp_create_window_table('retained_windows');
+SELECT sdp_create_flow('payments_retained', source => 'payments', target => 'retained_windows',
+  schema   => 'merchant_id text, event_ts timestamptz',
+  operator => 'window_agg',
+  options  => '{"event_time": "event_ts", "idle_timeout": "2 seconds", "checkpoint_interval": "1 second", "retention": "30 days"}');
+SELECT sdp_create_aggregation('payments_retained', 'count_1m', group_by => ARRAY['merchant_id'],
+  operation => 'count', window_size => '1 minute', allowance => '5 seconds');
+SQL
 SdpPayments::warm_up($node, $broker);
 
 # 30,000 payments over five minutes of event time (10 ms apart), up to 3 s out
@@ -43,6 +53,13 @@ SELECT (SELECT count(*) FROM sdp.dead_letters WHERE flow = 'payments_agg' AND st
 SQL
 like(SdpTest::query($node, "SELECT error FROM sdp.dead_letters WHERE flow = 'payments_agg' AND stage = 'late' LIMIT 1"),
 	qr/is later than the watermark .* is final/, 'with the reason');
+# retention deletes windows older than the configured age
+ok(SdpTest::wait_for($node,
+		"SELECT rows_written > 100 FROM sdp.flow_status WHERE flow = 'payments_retained'", 60),
+	'the retained flow emitted its windows');
+ok(SdpTest::wait_for($node, 'SELECT count(*) = 0 FROM retained_windows', 30),
+	'and retention deleted them: they ended more than 30 days ago');
+
 # exactly one row per window, readable by key
 is(SdpTest::query($node, "SELECT count(*) - count(DISTINCT (definition, entity, window_start)) FROM payment_windows"),
 	'0', 'one row per (definition, entity, window)');
