@@ -110,40 +110,23 @@ sdp_decode_batch(FlowWorker *w, Batch *b)
 	}
 }
 
-/* Transform and write rows [lo, hi) of the batch. */
-static void
-run_rows(FlowWorker *w, Batch *b, int lo, int hi, const char **stage)
-{
-	HeapTuple  *out;
-	int			nout;
-
-	*stage = "transform";
-	nout = sdp_transform_run(&w->transform, b->rows + lo, hi - lo, &out);
-	b->rows_out += nout;
-	*stage = "write";
-	b->rows_written += sdp_sink_write(&w->sink, out, nout);
-}
-
 /*
- * Run rows [lo, hi) in a subtransaction; when a data error rolls it back,
- * split the range until the bad message is alone, and set it aside.
- * Returns false if on_error = fail met a bad message (*fail_message set).
+ * Run step(arg) in a subtransaction.  Returns NULL when it committed, or the
+ * data error that rolled it back (errors that are not about the data
+ * propagate).  The caller splits its range and tries again.
  */
-static bool
-isolate_rows(FlowWorker *w, Batch *b, int lo, int hi, char **fail_message)
+ErrorData *
+sdp_run_isolated(void (*step) (void *arg), void *arg)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	ResourceOwner owner = CurrentResourceOwner;
-	const char *volatile stage = "transform";
-	int64		out_before = b->rows_out;
-	int64		written_before = b->rows_written;
-	ErrorData  *edata = NULL;
+	ErrorData  *volatile edata = NULL;
 
 	BeginInternalSubTransaction(NULL);
 	MemoryContextSwitchTo(cxt);
 	PG_TRY();
 	{
-		run_rows(w, b, lo, hi, (const char **) &stage);
+		step(arg);
 		ReleaseCurrentSubTransaction();
 		MemoryContextSwitchTo(cxt);
 		CurrentResourceOwner = owner;
@@ -163,7 +146,55 @@ isolate_rows(FlowWorker *w, Batch *b, int lo, int hi, char **fail_message)
 			ReThrowError(edata);
 	}
 	PG_END_TRY();
+	return edata;
+}
 
+/* Transform and write rows [lo, hi) of the batch. */
+static void
+run_rows(FlowWorker *w, Batch *b, int lo, int hi, const char **stage)
+{
+	HeapTuple  *out;
+	int			nout;
+
+	*stage = "transform";
+	nout = sdp_transform_run(&w->transform, b->rows + lo, hi - lo, &out);
+	b->rows_out += nout;
+	*stage = "write";
+	b->rows_written += sdp_sink_write(&w->sink, out, nout);
+}
+
+/*
+ * Run rows [lo, hi) in a subtransaction; when a data error rolls it back,
+ * split the range until the bad message is alone, and set it aside.
+ * Returns false if on_error = fail met a bad message (*fail_message set).
+ */
+typedef struct RowsStep
+{
+	FlowWorker *w;
+	Batch	   *b;
+	int			lo;
+	int			hi;
+	const char *stage;
+} RowsStep;
+
+static void
+rows_step(void *arg)
+{
+	RowsStep   *r = arg;
+
+	run_rows(r->w, r->b, r->lo, r->hi, &r->stage);
+}
+
+static bool
+isolate_rows(FlowWorker *w, Batch *b, int lo, int hi, char **fail_message)
+{
+	RowsStep	step = {w, b, lo, hi, "transform"};
+	const char *stage;
+	int64		out_before = b->rows_out;
+	int64		written_before = b->rows_written;
+	ErrorData  *edata = sdp_run_isolated(rows_step, &step);
+
+	stage = step.stage;
 	if (edata == NULL)
 		return true;
 

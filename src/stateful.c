@@ -64,7 +64,6 @@ sdp_stateful_start(FlowWorker *w, Relation target)
 	SpinLockAcquire(&w->slot->mutex);
 	w->slot->state_area = area;
 	w->slot->state_table = table;
-	w->config_generation = w->slot->config_generation;	/* before the operator reads its configuration */
 	SpinLockRelease(&w->slot->mutex);
 
 	w->rows_desc = w->transform.result_desc;
@@ -134,27 +133,33 @@ ensure_partition_slots(FlowWorker *w, int32 partition)
 		: MemoryContextAlloc(TopMemoryContext, sizeof(TimestampTz) * n);
 	w->wm_last = w->wm_last ? repalloc(w->wm_last, sizeof(TimestampTz) * n)
 		: MemoryContextAlloc(TopMemoryContext, sizeof(TimestampTz) * n);
+	w->wm_pos = w->wm_pos ? repalloc(w->wm_pos, sizeof(int64) * n)
+		: MemoryContextAlloc(TopMemoryContext, sizeof(int64) * n);
 	for (int i = w->nwm; i < n; i++)
 	{
 		w->wm_max[i] = DT_NOBEGIN;
 		w->wm_last[i] = 0;
+		w->wm_pos[i] = -1;
 	}
 	w->nwm = n;
 }
 
-/* The highest event time per partition, from every decoded message of the batch. */
+/* The highest event time and the read position per partition, from every decoded message of the batch. */
 static void
 observe_event_times(FlowWorker *w, Batch *b, TimestampTz now)
 {
 	int			pcol = w->schema->ncolumns + SDP_META_PARTITION + 1;
+	int			ocol = w->schema->ncolumns + SDP_META_OFFSET + 1;
 
 	if (w->event_time_index < 0 || b == NULL)
 		return;
 	for (int i = 0; i < b->nrows; i++)
 	{
 		bool		pnull,
+					onull,
 					tnull;
 		int32		p = DatumGetInt32(heap_getattr(b->rows[i], pcol, w->schema->tupdesc, &pnull));
+		int64		o = DatumGetInt64(heap_getattr(b->rows[i], ocol, w->schema->tupdesc, &onull));
 		TimestampTz t = DatumGetTimestampTz(heap_getattr(b->rows[i], w->event_time_index + 1,
 														 w->schema->tupdesc, &tnull));
 
@@ -162,15 +167,22 @@ observe_event_times(FlowWorker *w, Batch *b, TimestampTz now)
 			continue;
 		ensure_partition_slots(w, p);
 		w->wm_last[p] = now;
+		w->wm_last_data = now;
+		if (!onull && o + 1 > w->wm_pos[p])
+			w->wm_pos[p] = o + 1;
 		if (!tnull && t > w->wm_max[p])
 			w->wm_max[p] = t;
 	}
 }
 
 /*
- * The flow's watermark: the least highest event time among the partitions
- * that had data within idle_timeout; when none had, the highest event time
- * plus the time since data last came.  Never goes back.
+ * The flow's watermark: the least highest event time among the active
+ * partitions.  A partition is active while data came within idle_timeout,
+ * or while the broker holds messages it has not read yet (it is behind,
+ * not idle); a partition that has had no data since the flow started holds
+ * the watermark back until idle_timeout has passed.  When no partition is
+ * active, the watermark moves on with the clock from the last data.  Never
+ * goes back.
  */
 static void
 advance_watermark(FlowWorker *w, TimestampTz now)
@@ -178,28 +190,34 @@ advance_watermark(FlowWorker *w, TimestampTz now)
 	SdpOperatorContext *ctx = w->opctx;
 	TimestampTz active_min = DT_NOEND;
 	TimestampTz all_max = DT_NOBEGIN;
-	TimestampTz last = 0;
 	bool		any = false;
 	TimestampTz wm;
 
 	if (w->event_time_index < 0)
 		return;
-	for (int p = 0; p < w->nwm; p++)
+	for (int i = 0; i < w->npartitions; i++)
 	{
-		if (w->wm_last[p] == 0 || w->wm_max[p] == DT_NOBEGIN)
-			continue;
-		if (w->wm_last[p] >= now - ctx->idle_timeout_us)
+		int32		p = w->partitions[i];
+		int64		pos;
+		bool		active;
+
+		ensure_partition_slots(w, p);
+		if (w->wm_last[p] == 0)
+			w->wm_last[p] = now;	/* first seen: it may hold the watermark back for idle_timeout */
+		pos = Max(w->wm_pos[p], w->next_offset[i]);
+		active = (now - w->wm_last[p] < ctx->idle_timeout_us) ||
+			kafka_source_cached_high_watermark(w->kafka, p) > pos;
+		if (active)
 		{
 			any = true;
 			active_min = Min(active_min, w->wm_max[p]);
 		}
 		all_max = Max(all_max, w->wm_max[p]);
-		last = Max(last, w->wm_last[p]);
 	}
 	if (any)
 		wm = active_min;
 	else if (all_max != DT_NOBEGIN)
-		wm = all_max + (now - last);	/* the whole stream is quiet: event time moves with the clock */
+		wm = all_max + (now - w->wm_last_data);	/* the whole stream is quiet: event time moves with the clock */
 	else
 		return;
 	if (wm > ctx->watermark)
@@ -312,6 +330,7 @@ sdp_stateful_restore(FlowWorker *w)
 			ensure_partition_slots(w, p);
 			w->wm_max[p] = DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2, &isnull));
 			w->wm_last[p] = now;	/* counted as active until they are idle again */
+			w->wm_last_data = now;
 		}
 	}
 	PopActiveSnapshot();
@@ -474,38 +493,32 @@ row_as_json(TupleDesc desc, HeapTuple row)
  * subtransactions until the bad rows are alone, and set them aside.
  * Returns false if on_error = fail met one (*fail_message set).
  */
+typedef struct EmittedStep
+{
+	FlowWorker *w;
+	Batch	   *b;
+	HeapTuple  *rows;
+	int			lo;
+	int			hi;
+} EmittedStep;
+
+static void
+emitted_step(void *arg)
+{
+	EmittedStep *e = arg;
+
+	e->b->rows_written += sdp_sink_write(&e->w->sink, e->rows + e->lo, e->hi - e->lo);
+}
+
 static bool
 write_emitted(FlowWorker *w, Batch *b, HeapTuple *rows, int lo, int hi, char **fail_message)
 {
-	MemoryContext cxt = CurrentMemoryContext;
-	ResourceOwner owner = CurrentResourceOwner;
-	ErrorData  *edata = NULL;
+	EmittedStep step = {w, b, rows, lo, hi};
+	ErrorData  *edata;
 
 	if (hi <= lo)
 		return true;
-	BeginInternalSubTransaction(NULL);
-	MemoryContextSwitchTo(cxt);
-	PG_TRY();
-	{
-		b->rows_written += sdp_sink_write(&w->sink, rows + lo, hi - lo);
-		ReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(cxt);
-		CurrentResourceOwner = owner;
-	}
-	PG_CATCH();
-	{
-		MemoryContextSwitchTo(cxt);
-		edata = CopyErrorData();
-		FlushErrorState();
-		RollbackAndReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(cxt);
-		CurrentResourceOwner = owner;
-		(void) SPI_unregister_relation(SDP_OUTPUT_RELATION);
-		if (!sdp_is_data_error(edata->sqlerrcode))
-			ReThrowError(edata);
-	}
-	PG_END_TRY();
-
+	edata = sdp_run_isolated(emitted_step, &step);
 	if (edata == NULL)
 		return true;
 	if (hi - lo > 1)
@@ -537,37 +550,31 @@ write_emitted(FlowWorker *w, Batch *b, HeapTuple *rows, int lo, int hi, char **f
 }
 
 /* Transform rows [lo, hi) in a subtransaction, splitting around bad messages; outputs are appended. */
+typedef struct TransformStep
+{
+	FlowWorker *w;
+	Batch	   *b;
+	int			lo;
+	int			hi;
+	HeapTuple  *res;
+	int			nres;
+} TransformStep;
+
+static void
+transform_step(void *arg)
+{
+	TransformStep *t = arg;
+
+	t->nres = sdp_transform_run(&t->w->transform, t->b->rows + t->lo, t->hi - t->lo, &t->res);
+}
+
 static bool
 transform_isolating(FlowWorker *w, Batch *b, int lo, int hi, HeapTuple **out, int *nout, char **fail_message)
 {
-	MemoryContext cxt = CurrentMemoryContext;
-	ResourceOwner owner = CurrentResourceOwner;
-	ErrorData  *edata = NULL;
-	HeapTuple  *res;
-	int			nres = 0;
-
-	BeginInternalSubTransaction(NULL);
-	MemoryContextSwitchTo(cxt);
-	PG_TRY();
-	{
-		nres = sdp_transform_run(&w->transform, b->rows + lo, hi - lo, &res);
-		ReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(cxt);
-		CurrentResourceOwner = owner;
-	}
-	PG_CATCH();
-	{
-		MemoryContextSwitchTo(cxt);
-		edata = CopyErrorData();
-		FlushErrorState();
-		RollbackAndReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(cxt);
-		CurrentResourceOwner = owner;
-		(void) SPI_unregister_relation(SDP_INPUT_RELATION);
-		if (!sdp_is_data_error(edata->sqlerrcode))
-			ReThrowError(edata);
-	}
-	PG_END_TRY();
+	TransformStep step = {w, b, lo, hi, NULL, 0};
+	ErrorData  *edata = sdp_run_isolated(transform_step, &step);
+	HeapTuple  *res = step.res;
+	int			nres = step.nres;
 
 	if (edata == NULL)
 	{

@@ -202,6 +202,15 @@ worker_load_flow(FlowWorker *w)
 			   *source_options;
 	char	   *volatile error = NULL;
 
+	/*
+	 * The configuration generation, before the snapshot the configuration is
+	 * read with: a change committed after this read bumps it again, and the
+	 * worker reloads.
+	 */
+	SpinLockAcquire(&w->slot->mutex);
+	w->config_generation = w->slot->config_generation;
+	SpinLockRelease(&w->slot->mutex);
+
 	StartTransactionCommand();
 	SPI_connect();
 	PushActiveSnapshot(GetTransactionSnapshot());

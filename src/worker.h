@@ -104,8 +104,10 @@ typedef struct FlowWorker
 	/* event time: per partition id, the highest event time seen and when data last came */
 	int			event_time_index;	/* in the input schema, -1 when none */
 	int			nwm;
-	TimestampTz *wm_max;
-	TimestampTz *wm_last;
+	TimestampTz *wm_max;		/* highest event time seen, DT_NOBEGIN: none yet */
+	TimestampTz *wm_last;		/* when data last came (or when the partition was first seen) */
+	int64	   *wm_pos;			/* next offset, as far as this worker has read */
+	TimestampTz wm_last_data;	/* when data last came on any partition */
 
 	KafkaSource *kafka;
 	int			npartitions;
@@ -134,6 +136,7 @@ extern void sdp_store_offsets(FlowWorker *w, int n, const int32 *partitions, con
 
 /* batch.c */
 extern bool sdp_is_data_error(int sqlerrcode);
+extern ErrorData *sdp_run_isolated(void (*step) (void *arg), void *arg);
 extern void sdp_decode_batch(FlowWorker *w, Batch *b);
 extern void sdp_write_dead_letters(FlowWorker *w, Batch *b);
 extern void sdp_write_batch_offsets(FlowWorker *w, Batch *b, int64 *new_next);
