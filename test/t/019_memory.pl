@@ -1,0 +1,55 @@
+# A flow's worker keeps its memory flat: under a steady stream, the worker's
+# own memory (RssAnon) after 40,000 more messages is what it was after
+# warm-up, give or take allocator noise.  A leak of even 100 bytes per
+# message would show as 4 MB.
+use strict;
+use warnings FATAL => 'all';
+use lib 'test/perl';
+use SdpKafka;
+use SdpTest;
+use Test::More;
+use Time::HiRes qw(sleep);
+
+my $broker = SdpKafka::start_broker(topics => { 'raw-flights' => 4 });
+my $node = SdpTest::new_node('memory');
+my $boot = $broker->bootstrap;
+my $sql = PostgreSQL::Test::Utils::slurp_file('examples/flights.sql');
+$sql =~ s/:'bootstrap'/'$boot'/;
+SdpTest::query($node, $sql);
+ok(SdpTest::wait_for($node, "SELECT count(*) = 2 FROM sdp.flow_status WHERE state = 'running' AND partitions IS NOT NULL"),
+	'both demo flows running');
+
+sub anon_kb
+{
+	my ($pid) = @_;
+	my $kb = -1;
+	open my $fh, '<', "/proc/$pid/status" or return $kb;
+	while (my $line = <$fh>)
+	{
+		$kb = $1 if $line =~ /^RssAnon:\s+(\d+)/;
+	}
+	close $fh;
+	return $kb;
+}
+
+my $producer = SdpKafka::start_flightsim(bootstrap => $boot, topic => 'raw-flights',
+	args => [ '--aircraft', 2000, '--rate', 2000, '--duration', 28, '--time-scale', 20 ]);
+sleep 8;    # warm-up: plans, caches, buffers, the fleet in the state
+my %pid = map { $_ => SdpTest::query($node, "SELECT pid FROM sdp.flow_status WHERE flow = '$_'") }
+  qw(positions_flow zone_congestion_flow);
+my %before = map { $_ => scalar anon_kb($pid{$_}) } keys %pid;
+diag("worker pids: " . join(', ', map { "$_=$pid{$_}" } sort keys %pid));
+my $read_before = SdpTest::query($node, "SELECT messages_read FROM sdp.flow_status WHERE flow = 'positions_flow'");
+$producer->finish;
+sleep 1;
+my $read = SdpTest::query($node, "SELECT messages_read FROM sdp.flow_status WHERE flow = 'positions_flow'") - $read_before;
+ok($read >= 35000, "$read messages after warm-up");
+for my $flow (sort keys %pid)
+{
+	my $after = anon_kb($pid{$flow});
+	my $growth = $after - $before{$flow};
+	diag("$flow: RssAnon $before{$flow} kB after warm-up, $after kB after $read more messages");
+	ok($before{$flow} > 0 && $growth < 4096, "$flow: its own memory grew by $growth kB, less than 4 MB");
+}
+
+done_testing();
