@@ -4,13 +4,15 @@
 # Installs what is missing, builds and installs sdp_ext, then starts a
 # throwaway PostgreSQL (as the postgres OS user, sdp_ext preloaded), the
 # embedded Kafka broker and the flight simulator, declares the flows of
-# examples/flights.sql, and shows the results refreshing live, with each
-# flow's latency percentiles.  Everything it started is stopped when it ends
+# examples/flights.sql, starts the live dashboard (tools/sdp_dashboard, a map
+# of the aircraft and zones in the browser, URL printed), and shows the
+# results refreshing live in the terminal, with each flow's latency percentiles.  Everything it started is stopped when it ends
 # (after DEMO_SECONDS, default 60, or on Ctrl-C).
 #
 #   bash scripts/demo.sh              # run for 60 s
 #   DEMO_SECONDS=600 bash scripts/demo.sh
 #   DEMO_KEEP=1 bash scripts/demo.sh  # keep it running until Ctrl-C, with a psql hint
+#   DEMO_HTTP=127.0.0.1:8080          # where the dashboard listens (the default)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/common.sh
@@ -18,12 +20,14 @@ cd "$(dirname "$0")/.."
 seconds=${DEMO_SECONDS:-60}
 aircraft=${DEMO_AIRCRAFT:-600}
 port=${DEMO_PORT:-5488}
+http=${DEMO_HTTP:-127.0.0.1:8080}
 
 sdp_install_packages
 sdp_build_install
 
 dir=$(mktemp -d /tmp/sdp_demo.XXXXXX)
 chown postgres:postgres "$dir" 2>/dev/null || sdp_as_root chown postgres:postgres "$dir"
+chmod 711 "$dir" 2>/dev/null || sdp_as_root chmod 711 "$dir"   # the dashboard reaches the socket
 pg="$dir/pg"
 pids=()
 
@@ -60,6 +64,18 @@ bootstrap=$(cat "$dir/broker.addr")
 sdp_log "declaring the flows (examples/flights.sql) against $bootstrap"
 psql_demo -c 'CREATE EXTENSION sdp_ext' >/dev/null
 psql_demo -v ON_ERROR_STOP=1 -v bootstrap="$bootstrap" -f examples/flights.sql >/dev/null
+
+sdp_log "starting the dashboard"
+tools/sdp_dashboard --listen "$http" --db "host=$dir port=$port dbname=postgres user=postgres" \
+  > "$dir/dashboard.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 50); do grep -q '^dashboard: http' "$dir/dashboard.log" && break; sleep 0.1; done
+url=$(sed -n 's/^dashboard: \(http[^ ]*\).*/\1/p' "$dir/dashboard.log" | head -1)
+if [ -n "$url" ]; then
+  sdp_log "dashboard: open $url in a browser (the map of aircraft and zones, live)"
+else
+  sdp_log "the dashboard did not start (is $http in use? set DEMO_HTTP): $(tail -2 "$dir/dashboard.log")"
+fi
 
 sdp_log "flying $aircraft aircraft (each reports every second, 10x simulated speed) for $seconds s"
 tools/flight_sim --bootstrap "$bootstrap" --topic raw-flights --aircraft "$aircraft" \

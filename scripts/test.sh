@@ -13,7 +13,10 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 . scripts/common.sh
 
-sdp_install_packages
+# The dashboard's browser test (test/t/040_dashboard.pl) needs Debian's
+# chromium, a font, and Node.js with npm (it installs test/browser with npm ci).
+sdp_install_packages chromium fonts-dejavu-core
+command -v node >/dev/null && command -v npm >/dev/null || sdp_install_packages nodejs npm
 sdp_build_install || { echo "0 passed, 1 failed"; exit 1; }
 
 work=$(sdp_postgres_workdir)

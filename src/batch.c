@@ -387,7 +387,7 @@ attempt_batch(FlowWorker *w, Batch *b, bool isolate, int64 *new_next, char **fai
 	b->rows_written = 0;
 	b->rows_skipped = 0;
 
-	StartTransactionCommand();
+	sdp_start_transaction();
 	PG_TRY();
 	{
 		const char *stage;

@@ -135,7 +135,7 @@ launcher_extension_installed(void)
 {
 	bool		installed;
 
-	StartTransactionCommand();
+	sdp_start_transaction();
 	installed = OidIsValid(get_extension_oid(SDP_EXTENSION_NAME, true));
 	CommitTransactionCommand();
 	return installed;
@@ -280,7 +280,7 @@ launcher_reconcile(void)
 	int			nflows;
 	TimestampTz now;
 
-	StartTransactionCommand();
+	sdp_start_transaction();
 	flows = read_flows(&nflows);
 	now = GetCurrentTimestamp();
 

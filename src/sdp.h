@@ -22,6 +22,7 @@
 
 #include "postgres.h"
 
+#include "access/xact.h"
 #include "datatype/timestamp.h"
 #include "port/atomics.h"
 #include "storage/latch.h"
@@ -177,6 +178,18 @@ extern void sdp_slot_copy(int slotno, SdpFlowSlot *copy);
 extern void sdp_wake_launcher(void);
 extern void sdp_wake_launcher_at_commit(void);
 extern void sdp_flow_config_changed(const char *flow);
+
+/*
+ * Begin a transaction in a background worker.  A backend stamps each
+ * statement's start before its transaction; a worker must do it itself, or
+ * now() in every transaction it runs is the time the worker started.
+ */
+static inline void
+sdp_start_transaction(void)
+{
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+}
 
 /* launcher.c */
 extern void sdp_register_launcher(void);

@@ -103,7 +103,7 @@ sdp_stateful_reload_if_changed(FlowWorker *w)
 	if (generation == w->config_generation || w->op->reload == NULL)
 		return;
 
-	StartTransactionCommand();
+	sdp_start_transaction();
 	SPI_connect();
 	PushActiveSnapshot(GetTransactionSnapshot());
 	pgstat_report_activity(STATE_RUNNING, "sdp: reloading the operator's configuration");
@@ -286,7 +286,7 @@ sdp_stateful_restore(FlowWorker *w)
 	Datum		values[1] = {Int64GetDatum(w->args.flow_id)};
 	uint64		nkeys;
 
-	StartTransactionCommand();
+	sdp_start_transaction();
 	SPI_connect();
 	PushActiveSnapshot(GetTransactionSnapshot());
 	pgstat_report_activity(STATE_RUNNING, "sdp: restoring state");
@@ -710,7 +710,7 @@ stateful_attempt(FlowWorker *w, Batch *b, bool isolate, int64 *new_next, char **
 	b->rows_skipped = 0;
 	b->rows_late = 0;
 
-	StartTransactionCommand();
+	sdp_start_transaction();
 	PG_TRY();
 	{
 		HeapTuple  *rows;
@@ -895,7 +895,7 @@ sdp_stateful_tick(FlowWorker *w)
 	MemoryContextSwitchTo(w->batch_cxt);
 	PG_TRY();
 	{
-		StartTransactionCommand();
+		sdp_start_transaction();
 		SPI_connect();
 		MemoryContextSwitchTo(w->batch_cxt);
 		PushActiveSnapshot(GetTransactionSnapshot());

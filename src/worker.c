@@ -155,7 +155,7 @@ sdp_worker_fail(FlowWorker *w, const char *message)
 			 errhint("Fix the cause, then run SELECT sdp_start_flow('%s').", w->args.name)));
 	sdp_worker_set_error(w, message);
 
-	StartTransactionCommand();
+	sdp_start_transaction();
 	SPI_connect();
 	PushActiveSnapshot(GetTransactionSnapshot());
 	sdp_catalog_enter(&scope);
@@ -211,7 +211,7 @@ worker_load_flow(FlowWorker *w)
 	w->config_generation = w->slot->config_generation;
 	SpinLockRelease(&w->slot->mutex);
 
-	StartTransactionCommand();
+	sdp_start_transaction();
 	SPI_connect();
 	PushActiveSnapshot(GetTransactionSnapshot());
 	pgstat_report_activity(STATE_RUNNING, "sdp: loading flow");
@@ -466,7 +466,7 @@ assign_partitions(FlowWorker *w, int n, int32 *partitions)
 	Datum		values[1] = {Int64GetDatum(w->args.flow_id)};
 	SdpCatalogScope scope;
 
-	StartTransactionCommand();
+	sdp_start_transaction();
 	SPI_connect();
 	PushActiveSnapshot(GetTransactionSnapshot());
 

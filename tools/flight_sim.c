@@ -45,20 +45,19 @@
  */
 #define _GNU_SOURCE
 
-#include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <math.h>
-#include <signal.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <librdkafka/rdkafka.h>
+
+#define TOOL_NAME "flight_sim"
+#include "producer.h"
 
 #include "airports.h"
 
@@ -73,8 +72,6 @@
 #define APPROACH_FT			3000.0	/* below this, final approach speeds */
 #define MAX_SIM_STEP_S		10.0	/* integrate long gaps in steps */
 #define MAX_MESSAGE_LEN		512
-#define MAX_PARTITIONS		100000
-#define MAX_PROPERTIES		64
 
 /* ---------------------------------------------------------------------
  * Options
@@ -90,53 +87,18 @@ typedef enum MalformedKind
 
 #define MAX_MALFORMED_KINDS 16
 
+/* The fleet and the messages; the common options are in producer.h. */
 typedef struct SimOptions
 {
-	const char *bootstrap;
-	const char *topic;
 	int			aircraft;
-	double		rate;			/* events per second, 0 = unpaced */
-	int64_t		count;			/* messages to send, or -1 with duration */
-	double		duration;		/* seconds, or -1 with count */
-	uint64_t	seed;
 	double		malformed_share;
 	MalformedKind malformed_kinds[MAX_MALFORMED_KINDS];
 	int			n_malformed_kinds;
 	double		emergency_share;
 	double		time_scale;
-	int64_t		seq_start;
-	int			linger_ms;
-	int			message_timeout_ms;
-	const char *properties[MAX_PROPERTIES];	/* "name=value" for librdkafka */
-	int			n_properties;
-	bool		quiet;
 } SimOptions;
 
 static SimOptions opts;
-
-static volatile sig_atomic_t stop_requested = 0;
-
-static void
-handle_stop_signal(int signo)
-{
-	stop_requested = 1;
-}
-
-static void fatal(const char *fmt,...)
-			__attribute__((format(printf, 1, 2), noreturn));
-
-static void
-fatal(const char *fmt,...)
-{
-	va_list		ap;
-
-	va_start(ap, fmt);
-	fprintf(stderr, "flight_sim: ");
-	vfprintf(stderr, fmt, ap);
-	fputc('\n', stderr);
-	va_end(ap);
-	exit(2);
-}
 
 static void
 usage(FILE *out)
@@ -158,34 +120,6 @@ usage(FILE *out)
 			"  --message-timeout-ms MS   producer message.timeout.ms (default 30000)\n"
 			"  -X, --property PROP=VAL   any other librdkafka property (repeatable)\n"
 			"  --quiet                   no librdkafka logs, no summary on stderr\n");
-}
-
-static double
-parse_double_arg(const char *name, const char *s, double min, double max)
-{
-	char	   *end;
-	double		v;
-
-	errno = 0;
-	v = strtod(s, &end);
-	if (errno != 0 || end == s || *end != '\0' || !(v >= min && v <= max))
-		fatal("invalid value for --%s: \"%s\" (must be between %g and %g)",
-			  name, s, min, max);
-	return v;
-}
-
-static int64_t
-parse_int_arg(const char *name, const char *s, int64_t min, int64_t max)
-{
-	char	   *end;
-	long long	v;
-
-	errno = 0;
-	v = strtoll(s, &end, 10);
-	if (errno != 0 || end == s || *end != '\0' || v < min || v > max)
-		fatal("invalid value for --%s: \"%s\" (must be an integer between %"
-			  PRId64 " and %" PRId64 ")", name, s, min, max);
-	return (int64_t) v;
 }
 
 static void
@@ -222,10 +156,8 @@ parse_options(int argc, char **argv)
 {
 	enum
 	{
-		OPT_BOOTSTRAP = 256, OPT_TOPIC, OPT_AIRCRAFT, OPT_RATE, OPT_COUNT,
-		OPT_DURATION, OPT_SEED, OPT_MALFORMED, OPT_MALFORMED_KINDS,
-		OPT_EMERGENCY, OPT_TIME_SCALE, OPT_SEQ_START, OPT_LINGER_MS,
-		OPT_MESSAGE_TIMEOUT_MS, OPT_QUIET, OPT_HELP
+		OPT_AIRCRAFT = OPT_FIRST_OWN, OPT_MALFORMED, OPT_MALFORMED_KINDS,
+		OPT_EMERGENCY, OPT_TIME_SCALE
 	};
 	static const struct option long_options[] = {
 		{"bootstrap", required_argument, NULL, OPT_BOOTSTRAP},
@@ -248,45 +180,19 @@ parse_options(int argc, char **argv)
 		{NULL, 0, NULL, 0}
 	};
 	int			c;
-	bool		have_count = false,
-				have_duration = false;
 
+	set_producer_defaults();
 	opts.aircraft = 200;
-	opts.rate = 1000;
-	opts.count = 10000;
-	opts.duration = -1;
-	opts.seed = 42;
 	opts.emergency_share = 0.01;
 	opts.time_scale = 1;
-	opts.message_timeout_ms = 30000;
 	parse_malformed_kinds("truncated,type,missing");
 
 	while ((c = getopt_long(argc, argv, "X:h", long_options, NULL)) != -1)
 	{
 		switch (c)
 		{
-			case OPT_BOOTSTRAP:
-				opts.bootstrap = optarg;
-				break;
-			case OPT_TOPIC:
-				opts.topic = optarg;
-				break;
 			case OPT_AIRCRAFT:
 				opts.aircraft = (int) parse_int_arg("aircraft", optarg, 1, 1000000);
-				break;
-			case OPT_RATE:
-				opts.rate = parse_double_arg("rate", optarg, 0, 1e9);
-				break;
-			case OPT_COUNT:
-				opts.count = parse_int_arg("count", optarg, 0, INT64_MAX / 2);
-				have_count = true;
-				break;
-			case OPT_DURATION:
-				opts.duration = parse_double_arg("duration", optarg, 0, 1e9);
-				have_duration = true;
-				break;
-			case OPT_SEED:
-				opts.seed = (uint64_t) parse_int_arg("seed", optarg, 0, INT64_MAX);
 				break;
 			case OPT_MALFORMED:
 				opts.malformed_share = parse_double_arg("malformed", optarg, 0, 1);
@@ -300,82 +206,25 @@ parse_options(int argc, char **argv)
 			case OPT_TIME_SCALE:
 				opts.time_scale = parse_double_arg("time-scale", optarg, 0, 1e6);
 				break;
-			case OPT_SEQ_START:
-				opts.seq_start = parse_int_arg("seq-start", optarg, 0, INT64_MAX / 2);
-				break;
-			case OPT_LINGER_MS:
-				opts.linger_ms = (int) parse_int_arg("linger-ms", optarg, 0, 900000);
-				break;
-			case OPT_MESSAGE_TIMEOUT_MS:
-				opts.message_timeout_ms =
-					(int) parse_int_arg("message-timeout-ms", optarg, 1, 2147483647);
-				break;
-			case 'X':
-				if (strchr(optarg, '=') == NULL)
-					fatal("-X expects PROPERTY=VALUE, not \"%s\"", optarg);
-				if (opts.n_properties == MAX_PROPERTIES)
-					fatal("too many -X properties");
-				opts.properties[opts.n_properties++] = optarg;
-				break;
-			case OPT_QUIET:
-				opts.quiet = true;
-				break;
 			case 'h':
 			case OPT_HELP:
 				usage(stdout);
 				exit(0);
 			default:
-				usage(stderr);
-				exit(2);
+				if (!parse_producer_option(c, optarg))
+				{
+					usage(stderr);
+					exit(2);
+				}
+				break;
 		}
 	}
-	if (optind < argc)
-		fatal("unexpected argument \"%s\"", argv[optind]);
-	if (opts.bootstrap == NULL || opts.topic == NULL)
-	{
-		usage(stderr);
-		exit(2);
-	}
-	if (have_count && have_duration)
-		fatal("use --count or --duration, not both");
-	if (have_duration)
-		opts.count = -1;
+	finish_producer_options(argc, argv, usage);
 }
 
 /* ---------------------------------------------------------------------
- * Random numbers: splitmix64 streams, and hashes of a message index
+ * Random numbers: hashes of a message index (the streams are in producer.h)
  * --------------------------------------------------------------------- */
-
-static uint64_t
-splitmix64_next(uint64_t *state)
-{
-	uint64_t	z = (*state += UINT64_C(0x9E3779B97F4A7C15));
-
-	z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
-	z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
-	return z ^ (z >> 31);
-}
-
-/* Uniform in [0, 1). */
-static double
-rng_uniform(uint64_t *state)
-{
-	return (splitmix64_next(state) >> 11) * 0x1.0p-53;
-}
-
-/* Uniform in [lo, hi]. */
-static double
-rng_range(uint64_t *state, double lo, double hi)
-{
-	return lo + (hi - lo) * rng_uniform(state);
-}
-
-/* Uniform integer in [0, n). */
-static int
-rng_int(uint64_t *state, int n)
-{
-	return (int) (rng_uniform(state) * n);
-}
 
 /*
  * A value in [0, 1) that depends only on the seed, a purpose and a message
@@ -384,7 +233,7 @@ rng_int(uint64_t *state, int n)
 static double
 message_uniform(uint64_t purpose, int64_t index)
 {
-	uint64_t	state = opts.seed * UINT64_C(0x2545F4914F6CDD1D) ^
+	uint64_t	state = producer.seed * UINT64_C(0x2545F4914F6CDD1D) ^
 		(purpose << 56) ^ (uint64_t) index;
 
 	return rng_uniform(&state);
@@ -643,7 +492,7 @@ place_aircraft(Aircraft *a)
 static void
 init_fleet(void)
 {
-	uint64_t	fleet_rng = opts.seed ^ UINT64_C(0x5DB1C0FFEE);
+	uint64_t	fleet_rng = producer.seed ^ UINT64_C(0x5DB1C0FFEE);
 	uint8_t    *used = calloc((1 << 24) / 8, 1);	/* one bit per 24-bit address */
 
 	fleet = calloc(opts.aircraft, sizeof(Aircraft));
@@ -761,19 +610,6 @@ advance_aircraft(Aircraft *a, double dt)
  * Messages
  * --------------------------------------------------------------------- */
 
-/* "2026-11-29T08:26:45.123Z" */
-static void
-format_iso8601_ms(int64_t epoch_ms, char *buf, size_t size)
-{
-	time_t		secs = (time_t) (epoch_ms / 1000);
-	struct tm	tm;
-	size_t		n;
-
-	gmtime_r(&secs, &tm);
-	n = strftime(buf, size, "%Y-%m-%dT%H:%M:%S", &tm);
-	snprintf(buf + n, size - n, ".%03dZ", (int) (epoch_ms % 1000));
-}
-
 /* Round to one decimal and keep the result below 360.0. */
 static double
 heading_for_report(double heading)
@@ -781,15 +617,6 @@ heading_for_report(double heading)
 	double		h = round(heading * 10.0) / 10.0;
 
 	return h >= 360.0 ? h - 360.0 : h;
-}
-
-/* Message i is malformed iff floor((i+1)*share) > floor(i*share). */
-static bool
-message_is_malformed(int64_t i)
-{
-	double		s = opts.malformed_share;
-
-	return s > 0 && floor((double) (i + 1) * s) > floor((double) i * s);
 }
 
 /*
@@ -849,244 +676,24 @@ render_report(char *buf, size_t size, const Aircraft *a, int64_t seq,
 }
 
 /* ---------------------------------------------------------------------
- * Kafka producer and delivery accounting
- * --------------------------------------------------------------------- */
-
-typedef struct DeliveryStats
-{
-	int64_t		delivered;
-	int64_t		failed;
-	int64_t    *per_partition;	/* delivered messages by partition */
-	int			n_partitions;	/* entries in per_partition */
-	char		first_error[256];
-} DeliveryStats;
-
-static DeliveryStats stats;
-
-static void
-ensure_partition_slots(int n)
-{
-	if (n <= stats.n_partitions)
-		return;
-	stats.per_partition = realloc(stats.per_partition, n * sizeof(int64_t));
-	if (stats.per_partition == NULL)
-		fatal("out of memory");
-	for (int p = stats.n_partitions; p < n; p++)
-		stats.per_partition[p] = 0;
-	stats.n_partitions = n;
-}
-
-/* Runs in the main thread, from rd_kafka_poll() and rd_kafka_flush(). */
-static void
-on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *msg, void *opaque)
-{
-	if (msg->err)
-	{
-		if (stats.failed++ == 0)
-			snprintf(stats.first_error, sizeof(stats.first_error), "%s",
-					 rd_kafka_err2str(msg->err));
-		return;
-	}
-	stats.delivered++;
-	if (msg->partition >= 0 && msg->partition < MAX_PARTITIONS)
-	{
-		ensure_partition_slots(msg->partition + 1);
-		stats.per_partition[msg->partition]++;
-	}
-}
-
-static void
-set_property(rd_kafka_conf_t *conf, const char *name, const char *value)
-{
-	char		errstr[512];
-
-	if (rd_kafka_conf_set(conf, name, value, errstr, sizeof(errstr)) !=
-		RD_KAFKA_CONF_OK)
-		fatal("%s", errstr);
-}
-
-static rd_kafka_t *
-create_producer(void)
-{
-	rd_kafka_conf_t *conf = rd_kafka_conf_new();
-	char		errstr[512];
-	char		num[32];
-	rd_kafka_t *rk;
-
-	set_property(conf, "bootstrap.servers", opts.bootstrap);
-	snprintf(num, sizeof(num), "%d", opts.linger_ms);
-	set_property(conf, "linger.ms", num);
-	snprintf(num, sizeof(num), "%d", opts.message_timeout_ms);
-	set_property(conf, "message.timeout.ms", num);
-	set_property(conf, "socket.nagle.disable", "true");
-	set_property(conf, "acks", "all");
-	set_property(conf, "enable.idempotence", "false");
-	/* the Java client's partitioner, so keys land where Kafka tools expect */
-	set_property(conf, "partitioner", "murmur2_random");
-	/* resume quickly after a broker outage */
-	set_property(conf, "reconnect.backoff.max.ms", "1000");
-	if (opts.quiet)
-		set_property(conf, "log_level", "0");
-
-	for (int i = 0; i < opts.n_properties; i++)
-	{
-		char	   *copy = strdup(opts.properties[i]);
-		char	   *eq = strchr(copy, '=');
-
-		*eq = '\0';
-		set_property(conf, copy, eq + 1);
-		free(copy);
-	}
-	rd_kafka_conf_set_dr_msg_cb(conf, on_delivery);
-
-	rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof(errstr));
-	if (rk == NULL)
-		fatal("could not create producer: %s", errstr);
-	return rk;
-}
-
-/*
- * Learn the topic's partition count so the report lists every partition,
- * including any that got nothing.  Not fatal: a broker that is down now may
- * come back before the messages time out.
- */
-static void
-learn_partitions(rd_kafka_t *rk, rd_kafka_topic_t *rkt)
-{
-	const struct rd_kafka_metadata *md;
-	int			timeout_ms = opts.message_timeout_ms < 5000 ?
-		opts.message_timeout_ms : 5000;
-	rd_kafka_resp_err_t err;
-
-	err = rd_kafka_metadata(rk, 0, rkt, &md, timeout_ms);
-	if (err)
-	{
-		if (!opts.quiet)
-			fprintf(stderr, "flight_sim: no metadata for topic \"%s\" yet: %s\n",
-					opts.topic, rd_kafka_err2str(err));
-		return;
-	}
-	if (md->topic_cnt == 1 && md->topics[0].err == 0)
-		ensure_partition_slots(md->topics[0].partition_cnt);
-	rd_kafka_metadata_destroy(md);
-}
-
-/* ---------------------------------------------------------------------
  * Main loop
  * --------------------------------------------------------------------- */
-
-static double
-monotonic_seconds(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-static int64_t
-wall_clock_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-/* Sleep until the monotonic time t, unless a stop signal arrives first. */
-static void
-sleep_until(double t)
-{
-	struct timespec ts;
-
-	ts.tv_sec = (time_t) t;
-	ts.tv_nsec = (long) ((t - (double) ts.tv_sec) * 1e9);
-	if (ts.tv_nsec >= 1000000000L)
-	{
-		ts.tv_sec++;
-		ts.tv_nsec -= 1000000000L;
-	}
-	while (!stop_requested &&
-		   clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
-		;
-}
-
-/*
- * Enqueue one message, waiting while the local queue is full.  Returns false
- * if it could not be enqueued (a stop request while waiting, or an error).
- */
-static bool
-produce_message(rd_kafka_t *rk, rd_kafka_topic_t *rkt, const char *key,
-				const char *payload, int len)
-{
-	for (;;)
-	{
-		rd_kafka_resp_err_t err;
-
-		err = rd_kafka_producev(rk,
-								RD_KAFKA_V_RKT(rkt),
-								RD_KAFKA_V_KEY(key, strlen(key)),
-								RD_KAFKA_V_VALUE((void *) payload, (size_t) len),
-								RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-								RD_KAFKA_V_TIMESTAMP(0),	/* now */
-								RD_KAFKA_V_END);
-		if (err == RD_KAFKA_RESP_ERR_NO_ERROR)
-			return true;
-		if (err != RD_KAFKA_RESP_ERR__QUEUE_FULL)
-		{
-			fprintf(stderr, "flight_sim: produce failed: %s\n",
-					rd_kafka_err2str(err));
-			return false;
-		}
-		if (stop_requested)
-			return false;
-		rd_kafka_poll(rk, 10);
-	}
-}
-
-static void
-install_signal_handlers(void)
-{
-	struct sigaction sa;
-
-	memset(&sa, 0, sizeof(sa));
-	sigemptyset(&sa.sa_mask);
-	sa.sa_handler = handle_stop_signal;
-	sigaction(SIGINT, &sa, NULL);
-	sigaction(SIGTERM, &sa, NULL);
-	sa.sa_handler = SIG_IGN;
-	sigaction(SIGPIPE, &sa, NULL);
-}
 
 static void
 print_report(int64_t sent, int64_t malformed, int64_t emergencies,
 			 double seconds)
 {
-	int64_t		failed = sent - stats.delivered;
-	double		rate = seconds > 0 ? stats.delivered / seconds : 0;
-
-	if (!opts.quiet)
+	if (!producer.quiet)
 	{
-		fprintf(stderr,
-				"flight_sim: %" PRId64 " sent, %" PRId64 " delivered, %" PRId64
-				" failed, %" PRId64 " malformed, %" PRId64
-				" emergency squawks to %s in %.3f s (%.0f msg/s)\n",
-				sent, stats.delivered, failed, malformed, emergencies,
-				opts.topic, seconds, rate);
-		if (failed > 0)
-			fprintf(stderr, "flight_sim: first delivery error: %s\n",
-					stats.failed > 0 ? stats.first_error : "not delivered in time");
-	}
+		char		own_counts[128];
 
-	printf("{\"sent\": %" PRId64 ", \"delivered\": %" PRId64
-		   ", \"failed\": %" PRId64 ", \"malformed\": %" PRId64
-		   ", \"partitions\": {",
-		   sent, stats.delivered, failed, malformed);
-	for (int p = 0; p < stats.n_partitions; p++)
-		printf("%s\"%d\": %" PRId64, p > 0 ? ", " : "", p,
-			   stats.per_partition[p]);
-	printf("}, \"seconds\": %.3f, \"rate\": %.1f}\n", seconds, rate);
-	fflush(stdout);
+		snprintf(own_counts, sizeof(own_counts),
+				 "%" PRId64 " malformed, %" PRId64 " emergency squawks",
+				 malformed, emergencies);
+		print_summary(sent, own_counts, seconds);
+		print_first_delivery_error(sent);
+	}
+	print_report_line(sent, "malformed", malformed, seconds, "");
 }
 
 int
@@ -1094,77 +701,29 @@ main(int argc, char **argv)
 {
 	rd_kafka_t *rk;
 	rd_kafka_topic_t *rkt;
-	sigset_t	all,
-				saved;
+	Pacing		pacing;
+	double		now;
 	char		payload[MAX_MESSAGE_LEN];
 	int64_t		sent = 0,
 				malformed = 0,
 				emergencies = 0;
-	int64_t		start_wall_ms;
-	double		start,
-				sched_start;
-	int64_t		sched_base = 0;
 	double		seconds;
 
 	parse_options(argc, argv);
-	install_signal_handlers();
+	install_stop_signal_handlers();
 	init_fleet();
+	open_producer(&rk, &rkt);
+	start_pacing(&pacing);
 
-	/* librdkafka's threads must never take our signals */
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &saved);
-	rk = create_producer();
-	pthread_sigmask(SIG_SETMASK, &saved, NULL);
-
-	rkt = rd_kafka_topic_new(rk, opts.topic, NULL);
-	if (rkt == NULL)
-		fatal("could not create topic handle: %s",
-			  rd_kafka_err2str(rd_kafka_last_error()));
-	learn_partitions(rk, rkt);
-
-	start = sched_start = monotonic_seconds();
-	start_wall_ms = wall_clock_ms();
-
-	for (int64_t i = 0; !stop_requested; i++)
+	for (int64_t i = 0; wait_until_due(&pacing, i, &now); i++)
 	{
-		Aircraft   *a;
-		double		now,
-					sim_now;
+		Aircraft   *a = &fleet[i % opts.aircraft];
+		double		sim_now = (now - pacing.start) * opts.time_scale;
 		MalformedKind kind = MALFORMED_NONE;
 		int			variant = 0;
 		const char *squawk;
 		int			len;
 
-		if (opts.count >= 0 && i >= opts.count)
-			break;
-		now = monotonic_seconds();
-		if (opts.duration >= 0 && now - start >= opts.duration)
-			break;
-
-		if (opts.rate > 0)
-		{
-			double		due = sched_start + (i - sched_base) / opts.rate;
-
-			/* with --duration, send only what is due before the end */
-			if (opts.duration >= 0 && due - start >= opts.duration)
-				break;
-			if (now < due)
-			{
-				sleep_until(due);
-				if (stop_requested)
-					break;
-				now = monotonic_seconds();
-			}
-			else if (now - due > 0.1)
-			{
-				/* far behind (a stall): restart the schedule, no burst */
-				sched_start = now;
-				sched_base = i;
-			}
-		}
-
-		a = &fleet[i % opts.aircraft];
-		sim_now = (now - start) * opts.time_scale;
 		advance_aircraft(a, sim_now - a->last_report);
 		a->last_report = sim_now;
 
@@ -1176,15 +735,15 @@ main(int argc, char **argv)
 			squawk = codes[(int) (message_uniform(2, i) * 3)];
 			emergencies++;
 		}
-		if (message_is_malformed(i))
+		if (message_in_share(i, opts.malformed_share))
 		{
 			kind = opts.malformed_kinds[malformed % opts.n_malformed_kinds];
 			variant = (int) ((malformed / opts.n_malformed_kinds) % 2);
 			malformed++;
 		}
 
-		len = render_report(payload, sizeof(payload), a, opts.seq_start + i,
-							squawk, start_wall_ms +
+		len = render_report(payload, sizeof(payload), a, producer.seq_start + i,
+							squawk, pacing.start_wall_ms +
 							(int64_t) llround(sim_now * 1000.0), kind, variant);
 		if (!produce_message(rk, rkt, a->icao24, payload, len))
 		{
@@ -1196,14 +755,11 @@ main(int argc, char **argv)
 		rd_kafka_poll(rk, 0);	/* serve delivery reports */
 	}
 
-	/* wait for every outstanding delivery report */
-	rd_kafka_flush(rk, opts.message_timeout_ms + 10000);
-	seconds = monotonic_seconds() - start;
+	wait_for_deliveries(rk);
+	seconds = monotonic_seconds() - pacing.start;
 	print_report(sent, malformed, emergencies, seconds);
 
-	rd_kafka_topic_destroy(rkt);
-	rd_kafka_destroy(rk);
+	close_producer(rk, rkt);
 	free(fleet);
-	free(stats.per_partition);
 	return stats.delivered == sent ? 0 : 1;
 }

@@ -74,8 +74,6 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <math.h>
-#include <signal.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -85,11 +83,12 @@
 
 #include <librdkafka/rdkafka.h>
 
+#define TOOL_NAME "payment_sim"
+#include "producer.h"
+
 #define MAX_MERCHANTS		99999	/* "m" + 5 digits */
 #define MAX_INCIDENTS		64
 #define MAX_MESSAGE_LEN		512
-#define MAX_PARTITIONS		100000
-#define MAX_PROPERTIES		64
 
 #define HOME_COUNTRY_SHARE	0.85
 #define MERCHANT_ZIPF_EXP	0.8		/* popularity of the r-th merchant ~ r^-0.8 */
@@ -142,16 +141,11 @@ typedef struct Incident
 	double		to_s;			/* excluded */
 } Incident;
 
+/* The merchants and the payments; the common options are in producer.h. */
 typedef struct SimOptions
 {
-	const char *bootstrap;
-	const char *topic;
 	int			merchants;
 	int			countries;
-	double		rate;			/* events per second, 0 = unpaced */
-	int64_t		count;			/* messages to send, or -1 with duration */
-	double		duration;		/* seconds, or -1 with count */
-	uint64_t	seed;
 	double		approve_rate;
 	double		error_rate;
 	bool		simulated_clock;	/* false: --event-time now */
@@ -162,39 +156,9 @@ typedef struct SimOptions
 	int64_t		late_ms;
 	Incident	incidents[MAX_INCIDENTS];
 	int			n_incidents;
-	int64_t		seq_start;
-	int			linger_ms;
-	int			message_timeout_ms;
-	const char *properties[MAX_PROPERTIES];	/* "name=value" for librdkafka */
-	int			n_properties;
-	bool		quiet;
 } SimOptions;
 
 static SimOptions opts;
-
-static volatile sig_atomic_t stop_requested = 0;
-
-static void
-handle_stop_signal(int signo)
-{
-	stop_requested = 1;
-}
-
-static void fatal(const char *fmt,...)
-			__attribute__((format(printf, 1, 2), noreturn));
-
-static void
-fatal(const char *fmt,...)
-{
-	va_list		ap;
-
-	va_start(ap, fmt);
-	fprintf(stderr, "payment_sim: ");
-	vfprintf(stderr, fmt, ap);
-	fputc('\n', stderr);
-	va_end(ap);
-	exit(2);
-}
 
 static void
 usage(FILE *out)
@@ -229,34 +193,6 @@ usage(FILE *out)
 			"  -X, --property PROP=VAL   any other librdkafka property (repeatable)\n"
 			"  --quiet                   no librdkafka logs, no summary on stderr\n",
 			N_COUNTRIES, N_COUNTRIES);
-}
-
-static double
-parse_double_arg(const char *name, const char *s, double min, double max)
-{
-	char	   *end;
-	double		v;
-
-	errno = 0;
-	v = strtod(s, &end);
-	if (errno != 0 || end == s || *end != '\0' || !(v >= min && v <= max))
-		fatal("invalid value for --%s: \"%s\" (must be between %g and %g)",
-			  name, s, min, max);
-	return v;
-}
-
-static int64_t
-parse_int_arg(const char *name, const char *s, int64_t min, int64_t max)
-{
-	char	   *end;
-	long long	v;
-
-	errno = 0;
-	v = strtoll(s, &end, 10);
-	if (errno != 0 || end == s || *end != '\0' || v < min || v > max)
-		fatal("invalid value for --%s: \"%s\" (must be an integer between %"
-			  PRId64 " and %" PRId64 ")", name, s, min, max);
-	return (int64_t) v;
 }
 
 /*
@@ -366,11 +302,9 @@ parse_options(int argc, char **argv)
 {
 	enum
 	{
-		OPT_BOOTSTRAP = 256, OPT_TOPIC, OPT_MERCHANTS, OPT_COUNTRIES, OPT_RATE,
-		OPT_COUNT, OPT_DURATION, OPT_SEED, OPT_APPROVE_RATE, OPT_ERROR_RATE,
-		OPT_EVENT_TIME, OPT_STEP_MS, OPT_DISORDER_MS, OPT_LATE_SHARE,
-		OPT_LATE_MS, OPT_INCIDENT, OPT_SEQ_START, OPT_LINGER_MS,
-		OPT_MESSAGE_TIMEOUT_MS, OPT_QUIET, OPT_HELP
+		OPT_MERCHANTS = OPT_FIRST_OWN, OPT_COUNTRIES, OPT_APPROVE_RATE,
+		OPT_ERROR_RATE, OPT_EVENT_TIME, OPT_STEP_MS, OPT_DISORDER_MS,
+		OPT_LATE_SHARE, OPT_LATE_MS, OPT_INCIDENT
 	};
 	static const struct option long_options[] = {
 		{"bootstrap", required_argument, NULL, OPT_BOOTSTRAP},
@@ -398,32 +332,20 @@ parse_options(int argc, char **argv)
 		{NULL, 0, NULL, 0}
 	};
 	int			c;
-	bool		have_count = false,
-				have_duration = false;
 	const char *event_time = "now";
 	double		step_ms = -1;
 
+	set_producer_defaults();
 	opts.merchants = 1000;
 	opts.countries = N_COUNTRIES;
-	opts.rate = 1000;
-	opts.count = 10000;
-	opts.duration = -1;
-	opts.seed = 42;
 	opts.approve_rate = 0.90;
 	opts.error_rate = 0.02;
 	opts.late_ms = 600000;
-	opts.message_timeout_ms = 30000;
 
 	while ((c = getopt_long(argc, argv, "X:h", long_options, NULL)) != -1)
 	{
 		switch (c)
 		{
-			case OPT_BOOTSTRAP:
-				opts.bootstrap = optarg;
-				break;
-			case OPT_TOPIC:
-				opts.topic = optarg;
-				break;
 			case OPT_MERCHANTS:
 				opts.merchants = (int) parse_int_arg("merchants", optarg, 1,
 													 MAX_MERCHANTS);
@@ -431,20 +353,6 @@ parse_options(int argc, char **argv)
 			case OPT_COUNTRIES:
 				opts.countries = (int) parse_int_arg("countries", optarg, 1,
 													 N_COUNTRIES);
-				break;
-			case OPT_RATE:
-				opts.rate = parse_double_arg("rate", optarg, 0, 1e9);
-				break;
-			case OPT_COUNT:
-				opts.count = parse_int_arg("count", optarg, 0, INT64_MAX / 2);
-				have_count = true;
-				break;
-			case OPT_DURATION:
-				opts.duration = parse_double_arg("duration", optarg, 0, 1e9);
-				have_duration = true;
-				break;
-			case OPT_SEED:
-				opts.seed = (uint64_t) parse_int_arg("seed", optarg, 0, INT64_MAX);
 				break;
 			case OPT_APPROVE_RATE:
 				opts.approve_rate = parse_double_arg("approve-rate", optarg, 0, 1);
@@ -472,46 +380,20 @@ parse_options(int argc, char **argv)
 			case OPT_INCIDENT:
 				parse_incident(optarg);
 				break;
-			case OPT_SEQ_START:
-				opts.seq_start = parse_int_arg("seq-start", optarg, 0, INT64_MAX / 2);
-				break;
-			case OPT_LINGER_MS:
-				opts.linger_ms = (int) parse_int_arg("linger-ms", optarg, 0, 900000);
-				break;
-			case OPT_MESSAGE_TIMEOUT_MS:
-				opts.message_timeout_ms =
-					(int) parse_int_arg("message-timeout-ms", optarg, 1, 2147483647);
-				break;
-			case 'X':
-				if (strchr(optarg, '=') == NULL)
-					fatal("-X expects PROPERTY=VALUE, not \"%s\"", optarg);
-				if (opts.n_properties == MAX_PROPERTIES)
-					fatal("too many -X properties");
-				opts.properties[opts.n_properties++] = optarg;
-				break;
-			case OPT_QUIET:
-				opts.quiet = true;
-				break;
 			case 'h':
 			case OPT_HELP:
 				usage(stdout);
 				exit(0);
 			default:
-				usage(stderr);
-				exit(2);
+				if (!parse_producer_option(c, optarg))
+				{
+					usage(stderr);
+					exit(2);
+				}
+				break;
 		}
 	}
-	if (optind < argc)
-		fatal("unexpected argument \"%s\"", argv[optind]);
-	if (opts.bootstrap == NULL || opts.topic == NULL)
-	{
-		usage(stderr);
-		exit(2);
-	}
-	if (have_count && have_duration)
-		fatal("use --count or --duration, not both");
-	if (have_duration)
-		opts.count = -1;
+	finish_producer_options(argc, argv, usage);
 	if (opts.approve_rate + opts.error_rate > 1.0 + 1e-9)
 		fatal("--approve-rate %g plus --error-rate %g is more than 1",
 			  opts.approve_rate, opts.error_rate);
@@ -530,8 +412,8 @@ parse_options(int argc, char **argv)
 				  "fixed:2026-01-01T00:00:00Z)", event_time);
 		if (step_ms >= 0)
 			opts.step_ms = step_ms;
-		else if (opts.rate > 0)
-			opts.step_ms = 1000.0 / opts.rate;
+		else if (producer.rate > 0)
+			opts.step_ms = 1000.0 / producer.rate;
 		else
 			fatal("--event-time fixed:... with --rate 0 needs --step-ms");
 	}
@@ -555,7 +437,7 @@ parse_options(int argc, char **argv)
 }
 
 /* ---------------------------------------------------------------------
- * Random numbers: splitmix64 streams, and hashes of a message index
+ * Random numbers: hashes of a message index (the streams are in producer.h)
  * --------------------------------------------------------------------- */
 
 /* What a per-message random value decides: each gets its own stream. */
@@ -570,40 +452,6 @@ typedef enum MessagePurpose
 	PURPOSE_DISORDER
 } MessagePurpose;
 
-static uint64_t
-splitmix64_next(uint64_t *state)
-{
-	uint64_t	z = (*state += UINT64_C(0x9E3779B97F4A7C15));
-
-	z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
-	z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
-	return z ^ (z >> 31);
-}
-
-/* Uniform in [0, 1). */
-static double
-rng_uniform(uint64_t *state)
-{
-	return (splitmix64_next(state) >> 11) * 0x1.0p-53;
-}
-
-/* Uniform integer in [0, n). */
-static int
-rng_int(uint64_t *state, int n)
-{
-	return (int) (rng_uniform(state) * n);
-}
-
-/* Standard normal (Box-Muller). */
-static double
-rng_normal(uint64_t *state)
-{
-	double		u1 = 1.0 - rng_uniform(state);	/* (0, 1]: log is finite */
-	double		u2 = rng_uniform(state);
-
-	return sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
-}
-
 /*
  * A random stream that depends only on the seed, a purpose and a message
  * index, so per-message choices do not depend on timing.
@@ -611,7 +459,7 @@ rng_normal(uint64_t *state)
 static uint64_t
 message_stream(MessagePurpose purpose, int64_t index)
 {
-	uint64_t	state = opts.seed * UINT64_C(0x2545F4914F6CDD1D) ^
+	uint64_t	state = producer.seed * UINT64_C(0x2545F4914F6CDD1D) ^
 		((uint64_t) purpose << 56) ^ (uint64_t) index;
 
 	/* hash it, so that neighbouring indexes start far apart */
@@ -667,7 +515,7 @@ pick_weighted(const double *cumulative, int n, double u)
 static void
 init_merchants(void)
 {
-	uint64_t	rng = opts.seed ^ UINT64_C(0x6D65726368616E74);	/* "merchant" */
+	uint64_t	rng = producer.seed ^ UINT64_C(0x6D65726368616E74);	/* "merchant" */
 	int		   *rank = malloc(opts.merchants * sizeof(int));
 	double		country_cumulative[N_COUNTRIES];
 	double		sum = 0;
@@ -723,15 +571,6 @@ typedef enum PaymentStatus
 } PaymentStatus;
 
 static const char *const status_names[] = {"approved", "rejected", "error"};
-
-/* Message i is late iff floor((i+1)*share) > floor(i*share). */
-static bool
-message_is_late(int64_t i)
-{
-	double		s = opts.late_share;
-
-	return s > 0 && floor((double) (i + 1) * s) > floor((double) i * s);
-}
 
 /* The event clock of message i, in epoch ms, for a simulated clock. */
 static int64_t
@@ -829,23 +668,6 @@ choose_amount_cents(const Merchant *mc, int64_t i)
 	return cents < MIN_AMOUNT_CENTS ? MIN_AMOUNT_CENTS : MAX_AMOUNT_CENTS;
 }
 
-/* "2026-11-29T08:26:45.123Z", also before 1970 */
-static void
-format_iso8601_ms(int64_t epoch_ms, char *buf, size_t size)
-{
-	int64_t		ms = epoch_ms % 1000;
-	time_t		secs;
-	struct tm	tm;
-	size_t		n;
-
-	if (ms < 0)
-		ms += 1000;
-	secs = (time_t) ((epoch_ms - ms) / 1000);
-	gmtime_r(&secs, &tm);
-	n = strftime(buf, size, "%Y-%m-%dT%H:%M:%S", &tm);
-	snprintf(buf + n, size - n, ".%03dZ", (int) ms);
-}
-
 /*
  * Render message i as a payment to merchant mc.  clock_ms is its event
  * clock, clock_s the same in seconds since the clock's start.  The event
@@ -877,7 +699,7 @@ render_payment(char *buf, size_t size, int64_t i, const Merchant *mc,
 				 "{\"seq\":%" PRId64 ",\"merchant_id\":\"%s\",\"country\":\"%s\""
 				 ",\"method\":\"%s\",\"status\":\"%s\",\"amount\":%" PRId64
 				 ".%02d,\"event_ts\":\"%s\"%s}",
-				 opts.seq_start + i, mc->id,
+				 producer.seq_start + i, mc->id,
 				 countries[choose_country(mc, i)], methods[choose_method(i)],
 				 status_names[choose_status(merchant_no, clock_s, i)],
 				 cents / 100, (int) (cents % 100), event_ts_out,
@@ -886,260 +708,45 @@ render_payment(char *buf, size_t size, int64_t i, const Merchant *mc,
 }
 
 /* ---------------------------------------------------------------------
- * Kafka producer and delivery accounting
- * --------------------------------------------------------------------- */
-
-typedef struct DeliveryStats
-{
-	int64_t		delivered;
-	int64_t		failed;
-	int64_t    *per_partition;	/* delivered messages by partition */
-	int			n_partitions;	/* entries in per_partition */
-	char		first_error[256];
-} DeliveryStats;
-
-static DeliveryStats stats;
-
-static void
-ensure_partition_slots(int n)
-{
-	if (n <= stats.n_partitions)
-		return;
-	stats.per_partition = realloc(stats.per_partition, n * sizeof(int64_t));
-	if (stats.per_partition == NULL)
-		fatal("out of memory");
-	for (int p = stats.n_partitions; p < n; p++)
-		stats.per_partition[p] = 0;
-	stats.n_partitions = n;
-}
-
-/* Runs in the main thread, from rd_kafka_poll() and rd_kafka_flush(). */
-static void
-on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *msg, void *opaque)
-{
-	if (msg->err)
-	{
-		if (stats.failed++ == 0)
-			snprintf(stats.first_error, sizeof(stats.first_error), "%s",
-					 rd_kafka_err2str(msg->err));
-		return;
-	}
-	stats.delivered++;
-	if (msg->partition >= 0 && msg->partition < MAX_PARTITIONS)
-	{
-		ensure_partition_slots(msg->partition + 1);
-		stats.per_partition[msg->partition]++;
-	}
-}
-
-static void
-set_property(rd_kafka_conf_t *conf, const char *name, const char *value)
-{
-	char		errstr[512];
-
-	if (rd_kafka_conf_set(conf, name, value, errstr, sizeof(errstr)) !=
-		RD_KAFKA_CONF_OK)
-		fatal("%s", errstr);
-}
-
-static rd_kafka_t *
-create_producer(void)
-{
-	rd_kafka_conf_t *conf = rd_kafka_conf_new();
-	char		errstr[512];
-	char		num[32];
-	rd_kafka_t *rk;
-
-	set_property(conf, "bootstrap.servers", opts.bootstrap);
-	snprintf(num, sizeof(num), "%d", opts.linger_ms);
-	set_property(conf, "linger.ms", num);
-	snprintf(num, sizeof(num), "%d", opts.message_timeout_ms);
-	set_property(conf, "message.timeout.ms", num);
-	set_property(conf, "socket.nagle.disable", "true");
-	set_property(conf, "acks", "all");
-	set_property(conf, "enable.idempotence", "false");
-	/* the Java client's partitioner, so keys land where Kafka tools expect */
-	set_property(conf, "partitioner", "murmur2_random");
-	/* resume quickly after a broker outage */
-	set_property(conf, "reconnect.backoff.max.ms", "1000");
-	if (opts.quiet)
-		set_property(conf, "log_level", "0");
-
-	for (int i = 0; i < opts.n_properties; i++)
-	{
-		char	   *copy = strdup(opts.properties[i]);
-		char	   *eq = strchr(copy, '=');
-
-		*eq = '\0';
-		set_property(conf, copy, eq + 1);
-		free(copy);
-	}
-	rd_kafka_conf_set_dr_msg_cb(conf, on_delivery);
-
-	rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof(errstr));
-	if (rk == NULL)
-		fatal("could not create producer: %s", errstr);
-	return rk;
-}
-
-/*
- * Learn the topic's partition count so the report lists every partition,
- * including any that got nothing.  Not fatal: a broker that is down now may
- * come back before the messages time out.
- */
-static void
-learn_partitions(rd_kafka_t *rk, rd_kafka_topic_t *rkt)
-{
-	const struct rd_kafka_metadata *md;
-	int			timeout_ms = opts.message_timeout_ms < 5000 ?
-		opts.message_timeout_ms : 5000;
-	rd_kafka_resp_err_t err;
-
-	err = rd_kafka_metadata(rk, 0, rkt, &md, timeout_ms);
-	if (err)
-	{
-		if (!opts.quiet)
-			fprintf(stderr, "payment_sim: no metadata for topic \"%s\" yet: %s\n",
-					opts.topic, rd_kafka_err2str(err));
-		return;
-	}
-	if (md->topic_cnt == 1 && md->topics[0].err == 0)
-		ensure_partition_slots(md->topics[0].partition_cnt);
-	rd_kafka_metadata_destroy(md);
-}
-
-/* ---------------------------------------------------------------------
  * Main loop
  * --------------------------------------------------------------------- */
 
-static double
-monotonic_seconds(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-static int64_t
-wall_clock_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-/* Sleep until the monotonic time t, unless a stop signal arrives first. */
+/* ts as a JSON string, or null for an empty one (no message sent). */
 static void
-sleep_until(double t)
+format_json_ts_or_null(char *buf, size_t size, const char *ts)
 {
-	struct timespec ts;
-
-	ts.tv_sec = (time_t) t;
-	ts.tv_nsec = (long) ((t - (double) ts.tv_sec) * 1e9);
-	if (ts.tv_nsec >= 1000000000L)
-	{
-		ts.tv_sec++;
-		ts.tv_nsec -= 1000000000L;
-	}
-	while (!stop_requested &&
-		   clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
-		;
-}
-
-/*
- * Enqueue one message, waiting while the local queue is full.  Returns false
- * if it could not be enqueued (a stop request while waiting, or an error).
- */
-static bool
-produce_message(rd_kafka_t *rk, rd_kafka_topic_t *rkt, const char *key,
-				const char *payload, int len)
-{
-	for (;;)
-	{
-		rd_kafka_resp_err_t err;
-
-		err = rd_kafka_producev(rk,
-								RD_KAFKA_V_RKT(rkt),
-								RD_KAFKA_V_KEY(key, strlen(key)),
-								RD_KAFKA_V_VALUE((void *) payload, (size_t) len),
-								RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-								RD_KAFKA_V_TIMESTAMP(0),	/* now */
-								RD_KAFKA_V_END);
-		if (err == RD_KAFKA_RESP_ERR_NO_ERROR)
-			return true;
-		if (err != RD_KAFKA_RESP_ERR__QUEUE_FULL)
-		{
-			fprintf(stderr, "payment_sim: produce failed: %s\n",
-					rd_kafka_err2str(err));
-			return false;
-		}
-		if (stop_requested)
-			return false;
-		rd_kafka_poll(rk, 10);
-	}
-}
-
-static void
-install_signal_handlers(void)
-{
-	struct sigaction sa;
-
-	memset(&sa, 0, sizeof(sa));
-	sigemptyset(&sa.sa_mask);
-	sa.sa_handler = handle_stop_signal;
-	sigaction(SIGINT, &sa, NULL);
-	sigaction(SIGTERM, &sa, NULL);
-	sa.sa_handler = SIG_IGN;
-	sigaction(SIGPIPE, &sa, NULL);
-}
-
-/* A JSON string, or null for an empty one (no message sent). */
-static void
-print_json_string_or_null(const char *s)
-{
-	if (s[0] == '\0')
-		printf("null");
+	if (ts[0] == '\0')
+		snprintf(buf, size, "null");
 	else
-		printf("\"%s\"", s);
+		snprintf(buf, size, "\"%s\"", ts);
 }
 
 static void
 print_report(int64_t sent, int64_t late, double seconds,
 			 const char *first_event_ts, const char *last_event_ts)
 {
-	int64_t		failed = sent - stats.delivered;
-	double		rate = seconds > 0 ? stats.delivered / seconds : 0;
+	char		first_json[48],
+				last_json[48];
+	char		more_fields[160];
 
-	if (!opts.quiet)
+	if (!producer.quiet)
 	{
-		fprintf(stderr,
-				"payment_sim: %" PRId64 " sent, %" PRId64 " delivered, %" PRId64
-				" failed, %" PRId64 " late to %s in %.3f s (%.0f msg/s)\n",
-				sent, stats.delivered, failed, late, opts.topic, seconds, rate);
+		char		own_counts[64];
+
+		snprintf(own_counts, sizeof(own_counts), "%" PRId64 " late", late);
+		print_summary(sent, own_counts, seconds);
 		if (sent > 0)
 			fprintf(stderr, "payment_sim: event_ts from %s to %s\n",
 					first_event_ts, last_event_ts);
-		if (failed > 0)
-			fprintf(stderr, "payment_sim: first delivery error: %s\n",
-					stats.failed > 0 ? stats.first_error : "not delivered in time");
+		print_first_delivery_error(sent);
 	}
 
-	printf("{\"sent\": %" PRId64 ", \"delivered\": %" PRId64
-		   ", \"failed\": %" PRId64 ", \"late\": %" PRId64
-		   ", \"partitions\": {",
-		   sent, stats.delivered, failed, late);
-	for (int p = 0; p < stats.n_partitions; p++)
-		printf("%s\"%d\": %" PRId64, p > 0 ? ", " : "", p,
-			   stats.per_partition[p]);
-	printf("}, \"seconds\": %.3f, \"rate\": %.1f, \"first_event_ts\": ",
-		   seconds, rate);
-	print_json_string_or_null(first_event_ts);
-	printf(", \"last_event_ts\": ");
-	print_json_string_or_null(last_event_ts);
-	printf("}\n");
-	fflush(stdout);
+	format_json_ts_or_null(first_json, sizeof(first_json), first_event_ts);
+	format_json_ts_or_null(last_json, sizeof(last_json), last_event_ts);
+	snprintf(more_fields, sizeof(more_fields),
+			 ", \"first_event_ts\": %s, \"last_event_ts\": %s",
+			 first_json, last_json);
+	print_report_line(sent, "late", late, seconds, more_fields);
 }
 
 int
@@ -1147,74 +754,29 @@ main(int argc, char **argv)
 {
 	rd_kafka_t *rk;
 	rd_kafka_topic_t *rkt;
-	sigset_t	all,
-				saved;
+	Pacing		pacing;
+	double		now;
 	char		payload[MAX_MESSAGE_LEN];
 	char		event_ts[40];
 	char		first_event_ts[40] = "",
 				last_event_ts[40] = "";
 	int64_t		sent = 0,
 				late_sent = 0;
-	int64_t		start_wall_ms;
-	double		start,
-				sched_start;
-	int64_t		sched_base = 0;
 	double		seconds;
 
 	parse_options(argc, argv);
-	install_signal_handlers();
+	install_stop_signal_handlers();
 	init_merchants();
+	open_producer(&rk, &rkt);
+	start_pacing(&pacing);
 
-	/* librdkafka's threads must never take our signals */
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &saved);
-	rk = create_producer();
-	pthread_sigmask(SIG_SETMASK, &saved, NULL);
-
-	rkt = rd_kafka_topic_new(rk, opts.topic, NULL);
-	if (rkt == NULL)
-		fatal("could not create topic handle: %s",
-			  rd_kafka_err2str(rd_kafka_last_error()));
-	learn_partitions(rk, rkt);
-
-	start = sched_start = monotonic_seconds();
-	start_wall_ms = wall_clock_ms();
-
-	for (int64_t i = 0; !stop_requested; i++)
+	for (int64_t i = 0; wait_until_due(&pacing, i, &now); i++)
 	{
-		double		now;
 		int			merchant_no;
 		int64_t		clock_ms;
 		double		clock_s;
 		bool		late;
 		int			len;
-
-		if (opts.count >= 0 && i >= opts.count)
-			break;
-		now = monotonic_seconds();
-		if (opts.duration >= 0 && now - start >= opts.duration)
-			break;
-
-		if (opts.rate > 0)
-		{
-			double		due = sched_start + (i - sched_base) / opts.rate;
-
-			/* with --duration, send only what is due before the end */
-			if (opts.duration >= 0 && due - start >= opts.duration)
-				break;
-			if (now < due)
-			{
-				sleep_until(due);
-				if (stop_requested)
-					break;
-			}
-			else if (now - due > 0.1)
-			{
-				/* far behind (a stall): restart the schedule, no burst */
-				sched_start = now;
-				sched_base = i;
-			}
-		}
 
 		if (opts.simulated_clock)
 		{
@@ -1224,12 +786,12 @@ main(int argc, char **argv)
 		else
 		{
 			clock_ms = wall_clock_ms();
-			clock_s = (clock_ms - start_wall_ms) / 1000.0;
+			clock_s = (clock_ms - pacing.start_wall_ms) / 1000.0;
 		}
 
 		merchant_no = 1 + pick_weighted(merchant_cumulative, opts.merchants,
 										message_uniform(PURPOSE_MERCHANT, i));
-		late = message_is_late(i);
+		late = message_in_share(i, opts.late_share);
 		len = render_payment(payload, sizeof(payload), i,
 							 &merchants[merchant_no - 1], merchant_no,
 							 clock_ms, clock_s, late,
@@ -1244,15 +806,12 @@ main(int argc, char **argv)
 		rd_kafka_poll(rk, 0);	/* serve delivery reports */
 	}
 
-	/* wait for every outstanding delivery report */
-	rd_kafka_flush(rk, opts.message_timeout_ms + 10000);
-	seconds = monotonic_seconds() - start;
+	wait_for_deliveries(rk);
+	seconds = monotonic_seconds() - pacing.start;
 	print_report(sent, late_sent, seconds, first_event_ts, last_event_ts);
 
-	rd_kafka_topic_destroy(rkt);
-	rd_kafka_destroy(rk);
+	close_producer(rk, rkt);
 	free(merchants);
 	free(merchant_cumulative);
-	free(stats.per_partition);
 	return stats.delivered == sent ? 0 : 1;
 }

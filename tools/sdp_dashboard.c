@@ -7,13 +7,13 @@
  * The flows of examples/flights.sql NOTIFY a channel (flow option
  * "notify") in every transaction that writes rows, delivered at commit.
  * One thread, the DB thread, LISTENs on it; on a notification it reads
- * what changed (the positions rows newer than the newest it has seen, and
- * all of zone_alerts, which is tiny) and pushes the changed rows to every
- * browser over Server-Sent Events (GET /events).  It also reads the
- * progress of every flow once a second and the zones every five seconds,
- * and pushes them when they change.  A new browser first gets a snapshot
- * of everything, then the changes.  When the connection is lost the DB
- * thread says so to the browsers, reconnects with a backoff (200 ms
+ * what changed (the positions rows as new as the newest it has seen or
+ * newer, and all of zone_alerts, which is tiny) and pushes the rows that
+ * changed to every browser over Server-Sent Events (GET /events).  It also
+ * reads the progress of every flow once a second and the zones every five
+ * seconds, and pushes them when they change.  A new browser first gets a
+ * snapshot of everything, then the changes.  When the connection is lost
+ * the DB thread says so to the browsers, reconnects with a backoff (200 ms
  * doubling to 2 s), LISTENs again and sends everyone a fresh snapshot.
  *
  * The HTTP side is libmicrohttpd with a thread per connection: the thread
@@ -35,8 +35,11 @@
  * socket shut down); nobody waits for it.
  *
  * Assumption: a table's updated_at rises with the commits that write it
- * (one flow writes a table, and a flow's transactions follow each other),
- * so "updated_at > the newest seen" misses nothing.
+ * (one flow writes a table, and a flow's transactions follow each other).
+ * The DB thread reads "updated_at >= the newest seen" and sends only the
+ * rows that differ from its cache, so rows that share a timestamp with
+ * the last ones read are not missed either (at the cost of reading the
+ * last transaction's rows twice).
  *
  *-------------------------------------------------------------------------
  */
@@ -66,8 +69,8 @@
 #include <libpq-fe.h>
 #include <microhttpd.h>
 
-#define CLIENT_QUEUE_EVENTS		1024	/* events queued for one browser, at most */
-#define CLIENT_QUEUE_BYTES		(64 * 1024 * 1024)	/* and bytes */
+#define CLIENT_QUEUE_EVENTS		4096	/* events queued for one browser, at most */
+#define CLIENT_QUEUE_BYTES		(16 * 1024 * 1024)	/* and bytes */
 #define CLIENT_WAIT_MS			250		/* how often a stream looks for a hang-up */
 #define KEEPALIVE_MS			15000	/* an SSE comment after this much silence */
 #define MAX_CLIENTS				64		/* event streams at once */
@@ -104,7 +107,7 @@
 #define POSITIONS_ALL_SQL		POSITIONS_SQL "WHERE icao24 IS NOT NULL"
 #define POSITIONS_CHANGED_SQL	POSITIONS_SQL \
 	"WHERE icao24 IS NOT NULL " \
-	"  AND updated_at > 'epoch'::timestamptz + $1::int8 * interval '1 microsecond' " \
+	"  AND updated_at >= 'epoch'::timestamptz + $1::int8 * interval '1 microsecond' " \
 	"ORDER BY updated_at"
 #define ZONE_ALERTS_SQL \
 	"SELECT zone, aircraft_count, crowded, " \
@@ -291,7 +294,7 @@ sse_event_new(const char *name, json_t *payload)
 	size_t		size;
 
 	json_object_set_new(payload, "sent_at", json_real(wall_ms()));
-	data = json_dumps(payload, JSON_COMPACT | JSON_REAL_PRECISION(16));
+	data = json_dumps(payload, JSON_COMPACT | JSON_REAL_PRECISION(15));
 	json_decref(payload);
 	if (data == NULL)
 	{
@@ -543,7 +546,7 @@ sse_read(void *cls, uint64_t pos, char *buf, size_t max)
 		if (client_hung_up(c->fd))
 		{
 			client_unlist_locked(c);
-			n = MHD_CONTENT_READER_END_WITH_ERROR;
+			n = MHD_CONTENT_READER_END_OF_STREAM;
 			break;
 		}
 		clock_gettime(CLOCK_MONOTONIC, &until);
@@ -599,7 +602,7 @@ send_buffer(struct MHD_Connection *conn, unsigned int status, const char *type,
 static enum MHD_Result
 send_json(struct MHD_Connection *conn, unsigned int status, json_t *body)
 {
-	char	   *text = json_dumps(body, JSON_COMPACT | JSON_REAL_PRECISION(16));
+	char	   *text = json_dumps(body, JSON_COMPACT | JSON_REAL_PRECISION(15));
 	enum MHD_Result ret;
 
 	json_decref(body);
@@ -1250,6 +1253,21 @@ classify_notification(const char *payload, bool *positions, bool *alerts)
 	json_decref(j);
 }
 
+/* Take the notifications libpq has received, noting which tables they are about. */
+static void
+db_collect_notifications(DbConn *db, bool *positions, bool *alerts, double *notified_at)
+{
+	PGnotify   *n;
+
+	while ((n = PQnotifies(db->conn)) != NULL)
+	{
+		if (*notified_at == 0)
+			*notified_at = wall_ms();
+		classify_notification(n->extra, positions, alerts);
+		PQfreemem(n);
+	}
+}
+
 /*
  * Wait for notifications (or the next poll), then read what they announce.
  * Notifications that arrive while we read are coalesced into the next
@@ -1264,13 +1282,18 @@ db_wait_and_process(DbConn *db)
 	bool		want_positions = false;
 	bool		want_alerts = false;
 	double		notified_at = 0;
-	PGnotify   *n;
 
+	/*
+	 * Notifications that came in with the results of our last queries are
+	 * in libpq's list already, not in the socket: take them first, and wait
+	 * only if there are none.
+	 */
+	db_collect_notifications(db, &want_positions, &want_alerts, &notified_at);
 	if (db->next_progress_ms - now < timeout)
 		timeout = db->next_progress_ms - now;
 	if (db->next_zones_ms - now < timeout)
 		timeout = db->next_zones_ms - now;
-	if (timeout < 0)
+	if (timeout < 0 || want_positions || want_alerts)
 		timeout = 0;
 	if (poll(&p, 1, (int) timeout) < 0 && errno != EINTR)
 	{
@@ -1284,13 +1307,7 @@ db_wait_and_process(DbConn *db)
 			db_disconnect(db, PQerrorMessage(db->conn));
 			return false;
 		}
-		while ((n = PQnotifies(db->conn)) != NULL)
-		{
-			if (notified_at == 0)
-				notified_at = wall_ms();
-			classify_notification(n->extra, &want_positions, &want_alerts);
-			PQfreemem(n);
-		}
+		db_collect_notifications(db, &want_positions, &want_alerts, &notified_at);
 	}
 
 	if ((want_positions && !db_read_positions(db, notified_at)) ||
@@ -1550,11 +1567,11 @@ main(int argc, char **argv)
 	if (addr.ss_family == AF_INET6)
 		flags |= MHD_USE_IPv6;
 	daemon = MHD_start_daemon(flags, port, NULL, NULL, handle_request, NULL,
+							  MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
 							  MHD_OPTION_SOCK_ADDR, (struct sockaddr *) &addr,
 							  MHD_OPTION_CONNECTION_LIMIT, (unsigned int) MAX_CONNECTIONS,
 							  MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int) CONNECTION_TIMEOUT_S,
 							  MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t) (2 * SSE_BLOCK_SIZE),
-							  MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
 							  MHD_OPTION_END);
 	if (daemon == NULL)
 	{

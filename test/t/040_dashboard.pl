@@ -236,6 +236,11 @@ diag(sprintf('produce -> dot: %d ms from arming the wait, %.0f ms from starting 
 like($dot->{class} // '', qr/\baircraft\b.*\bphase-cruise\b/, 'a dot of class aircraft phase-cruise');
 is(SdpTest::query($node, "SELECT flight_phase FROM positions WHERE icao24 = 'e2e001'"), 'cruise',
 	'as the table says');
+# the page measures commit -> page from updated_at, now() in the flow's transform: the time
+# of the transaction that wrote the row, so not before the message was produced
+my $written_after = SdpTest::query($node,
+	"SELECT round((extract(epoch FROM updated_at) - $produced_at) * 1000) FROM positions WHERE icao24 = 'e2e001'");
+cmp_ok($written_after, '>=', -5, "positions.updated_at is the flow transaction's time ($written_after ms after the produce call)");
 
 # Munich TMA (capacity 6 in examples/flights.sql): seven aircraft in it make it crowded.
 my @munich = map { position(sprintf('e2em%02d', $_), 48.2 + 0.05 * $_, 11.5 + 0.08 * $_) } 1 .. 7;
@@ -245,6 +250,9 @@ ok($zone->{ok}, 'Munich TMA turns crowded on the page');
 like($zone->{label} // '', qr{Munich TMA 7 / 6}, 'labelled with its count and capacity');
 is(SdpTest::query($node, "SELECT aircraft_count || ' ' || crowded FROM zone_alerts WHERE zone = 'Munich TMA'"),
 	'7 true', 'as zone_alerts says');
+# the two flows commit independently: the dots may come after the zone's count
+is(scalar(grep { browser_cmd('wait_dot', icao24 => $_->[0], timeout => 5000)->{ok} } @munich),
+	7, 'the seven aircraft are on the page too');
 
 my $png = "$PostgreSQL::Test::Utils::tmp_check/dashboard.png";
 ok(browser_cmd('screenshot', path => File::Spec->rel2abs($png))->{ok} && -s $png, 'screenshot taken');

@@ -18,8 +18,9 @@
 
 (function () {
   const SVG_NS = 'http://www.w3.org/2000/svg';
-  // Equirectangular, true to scale at 45 degrees north.
-  const MAP = { west: -130, east: 30, south: 20, north: 65 };
+  // Equirectangular, true to scale at 45 degrees north; the North Atlantic with the
+  // great-circle routes between North America and Europe.
+  const MAP = { west: -130, east: 30, south: 18, north: 70 };
   const K = 10;                                     // user units per degree of latitude
   const KX = K * Math.cos(45 * Math.PI / 180);      // and of longitude
   const px = (lon) => +((lon - MAP.west) * KX).toFixed(2);
@@ -92,8 +93,8 @@
       r.setAttribute('width', w); r.setAttribute('height', h);
     }
     let d = '';
-    for (let lon = -130; lon <= 30; lon += 10) d += 'M' + px(lon) + ',0V' + h;
-    for (let lat = 20; lat <= 65; lat += 5) d += 'M0,' + py(lat) + 'H' + w;
+    for (let lon = MAP.west; lon <= MAP.east; lon += 10) d += 'M' + px(lon) + ',0V' + h;
+    for (let lat = 20; lat <= MAP.north; lat += 10) d += 'M0,' + py(lat) + 'H' + w;
     el('path', { d }, $('graticule'));
     fetch('land.json').then((r) => r.json()).then((land) => {
       el('path', { class: 'coast', d: land.coast.map(lineToPath).join('') }, $('land'));
