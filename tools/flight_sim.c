@@ -107,19 +107,12 @@ usage(FILE *out)
 			"Usage: flight_sim --bootstrap ADDR --topic TOPIC [OPTION]...\n"
 			"Produce simulated aircraft positions (JSON, key = icao24) to Kafka.\n\n"
 			"  --aircraft N              fleet size (default 200)\n"
-			"  --rate EPS                events per second, 0 = unpaced (default 1000)\n"
-			"  --count N                 send exactly N messages (default 10000)\n"
-			"  --duration SECONDS        send for this long instead of --count\n"
-			"  --seed S                  random seed (default 42)\n"
+			PRODUCER_RUN_USAGE
 			"  --malformed SHARE         share of malformed messages, 0..1 (default 0)\n"
 			"  --malformed-kinds LIST    of truncated,type,missing (default all three)\n"
 			"  --emergency SHARE         share of emergency squawks (default 0.01)\n"
 			"  --time-scale X            simulated seconds per wall second (default 1)\n"
-			"  --seq-start N             seq of the first message (default 0)\n"
-			"  --linger-ms MS            producer linger.ms (default 0)\n"
-			"  --message-timeout-ms MS   producer message.timeout.ms (default 30000)\n"
-			"  -X, --property PROP=VAL   any other librdkafka property (repeatable)\n"
-			"  --quiet                   no librdkafka logs, no summary on stderr\n");
+			PRODUCER_CLIENT_USAGE);
 }
 
 static void
@@ -160,23 +153,14 @@ parse_options(int argc, char **argv)
 		OPT_EMERGENCY, OPT_TIME_SCALE
 	};
 	static const struct option long_options[] = {
-		{"bootstrap", required_argument, NULL, OPT_BOOTSTRAP},
-		{"topic", required_argument, NULL, OPT_TOPIC},
+		PRODUCER_TARGET_OPTIONS,
 		{"aircraft", required_argument, NULL, OPT_AIRCRAFT},
-		{"rate", required_argument, NULL, OPT_RATE},
-		{"count", required_argument, NULL, OPT_COUNT},
-		{"duration", required_argument, NULL, OPT_DURATION},
-		{"seed", required_argument, NULL, OPT_SEED},
+		PRODUCER_RUN_OPTIONS,
 		{"malformed", required_argument, NULL, OPT_MALFORMED},
 		{"malformed-kinds", required_argument, NULL, OPT_MALFORMED_KINDS},
 		{"emergency", required_argument, NULL, OPT_EMERGENCY},
 		{"time-scale", required_argument, NULL, OPT_TIME_SCALE},
-		{"seq-start", required_argument, NULL, OPT_SEQ_START},
-		{"linger-ms", required_argument, NULL, OPT_LINGER_MS},
-		{"message-timeout-ms", required_argument, NULL, OPT_MESSAGE_TIMEOUT_MS},
-		{"property", required_argument, NULL, 'X'},
-		{"quiet", no_argument, NULL, OPT_QUIET},
-		{"help", no_argument, NULL, OPT_HELP},
+		PRODUCER_CLIENT_OPTIONS,
 		{NULL, 0, NULL, 0}
 	};
 	int			c;
@@ -206,16 +190,8 @@ parse_options(int argc, char **argv)
 			case OPT_TIME_SCALE:
 				opts.time_scale = parse_double_arg("time-scale", optarg, 0, 1e6);
 				break;
-			case 'h':
-			case OPT_HELP:
-				usage(stdout);
-				exit(0);
 			default:
-				if (!parse_producer_option(c, optarg))
-				{
-					usage(stderr);
-					exit(2);
-				}
+				parse_producer_option(c, optarg, usage);
 				break;
 		}
 	}

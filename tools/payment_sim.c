@@ -168,10 +168,7 @@ usage(FILE *out)
 			"Produce simulated payment events (JSON, key = merchant_id) to Kafka.\n\n"
 			"  --merchants N             merchants m00001..mN (default 1000)\n"
 			"  --countries K             countries used, 1..%d (default %d)\n"
-			"  --rate EPS                events per second, 0 = unpaced (default 1000)\n"
-			"  --count N                 send exactly N messages (default 10000)\n"
-			"  --duration SECONDS        send for this long instead of --count\n"
-			"  --seed S                  random seed (default 42)\n"
+			PRODUCER_RUN_USAGE
 			"  --approve-rate R          share of approved payments (default 0.90)\n"
 			"  --error-rate R            share of errors (default 0.02); the rest\n"
 			"                            are rejected\n"
@@ -187,11 +184,7 @@ usage(FILE *out)
 			"                            approval_drop or rejection_spike for one\n"
 			"                            merchant (e.g. m00007) between these seconds\n"
 			"                            of the event clock (repeatable)\n"
-			"  --seq-start N             seq of the first message (default 0)\n"
-			"  --linger-ms MS            producer linger.ms (default 0)\n"
-			"  --message-timeout-ms MS   producer message.timeout.ms (default 30000)\n"
-			"  -X, --property PROP=VAL   any other librdkafka property (repeatable)\n"
-			"  --quiet                   no librdkafka logs, no summary on stderr\n",
+			PRODUCER_CLIENT_USAGE,
 			N_COUNTRIES, N_COUNTRIES);
 }
 
@@ -307,14 +300,10 @@ parse_options(int argc, char **argv)
 		OPT_LATE_SHARE, OPT_LATE_MS, OPT_INCIDENT
 	};
 	static const struct option long_options[] = {
-		{"bootstrap", required_argument, NULL, OPT_BOOTSTRAP},
-		{"topic", required_argument, NULL, OPT_TOPIC},
+		PRODUCER_TARGET_OPTIONS,
 		{"merchants", required_argument, NULL, OPT_MERCHANTS},
 		{"countries", required_argument, NULL, OPT_COUNTRIES},
-		{"rate", required_argument, NULL, OPT_RATE},
-		{"count", required_argument, NULL, OPT_COUNT},
-		{"duration", required_argument, NULL, OPT_DURATION},
-		{"seed", required_argument, NULL, OPT_SEED},
+		PRODUCER_RUN_OPTIONS,
 		{"approve-rate", required_argument, NULL, OPT_APPROVE_RATE},
 		{"error-rate", required_argument, NULL, OPT_ERROR_RATE},
 		{"event-time", required_argument, NULL, OPT_EVENT_TIME},
@@ -323,12 +312,7 @@ parse_options(int argc, char **argv)
 		{"late-share", required_argument, NULL, OPT_LATE_SHARE},
 		{"late-ms", required_argument, NULL, OPT_LATE_MS},
 		{"incident", required_argument, NULL, OPT_INCIDENT},
-		{"seq-start", required_argument, NULL, OPT_SEQ_START},
-		{"linger-ms", required_argument, NULL, OPT_LINGER_MS},
-		{"message-timeout-ms", required_argument, NULL, OPT_MESSAGE_TIMEOUT_MS},
-		{"property", required_argument, NULL, 'X'},
-		{"quiet", no_argument, NULL, OPT_QUIET},
-		{"help", no_argument, NULL, OPT_HELP},
+		PRODUCER_CLIENT_OPTIONS,
 		{NULL, 0, NULL, 0}
 	};
 	int			c;
@@ -380,16 +364,8 @@ parse_options(int argc, char **argv)
 			case OPT_INCIDENT:
 				parse_incident(optarg);
 				break;
-			case 'h':
-			case OPT_HELP:
-				usage(stdout);
-				exit(0);
 			default:
-				if (!parse_producer_option(c, optarg))
-				{
-					usage(stderr);
-					exit(2);
-				}
+				parse_producer_option(c, optarg, usage);
 				break;
 		}
 	}
@@ -736,7 +712,7 @@ print_report(int64_t sent, int64_t late, double seconds,
 		snprintf(own_counts, sizeof(own_counts), "%" PRId64 " late", late);
 		print_summary(sent, own_counts, seconds);
 		if (sent > 0)
-			fprintf(stderr, "payment_sim: event_ts from %s to %s\n",
+			fprintf(stderr, TOOL_NAME ": event_ts from %s to %s\n",
 					first_event_ts, last_event_ts);
 		print_first_delivery_error(sent);
 	}

@@ -10,8 +10,8 @@
  * rendering) and runs this skeleton:
  *
  *   parse_options(): set_producer_defaults(), getopt_long() with its own
- *       table, parse_producer_option() for the common codes,
- *       finish_producer_options()
+ *       table (which includes PRODUCER_..._OPTIONS), parse_producer_option()
+ *       for any code not its own, finish_producer_options()
  *   install_stop_signal_handlers(); open_producer(&rk, &rkt);
  *   start_pacing(&pacing);
  *   for (i = 0; wait_until_due(&pacing, i, &now); i++)
@@ -45,7 +45,10 @@
 #error "define TOOL_NAME before including producer.h"
 #endif
 
-/* The generators exit 2 on a bad option or a setup failure, as on usage. */
+/*
+ * fatal() exits 2, as a usage error does: the generators' failures are bad
+ * options or a setup that cannot work.  A tool may define another status.
+ */
 #ifndef FATAL_EXIT_STATUS
 #define FATAL_EXIT_STATUS	2
 #endif
@@ -129,9 +132,8 @@ typedef struct ProducerOptions
 static ProducerOptions producer;
 
 /*
- * getopt_long() codes of the common options.  A generator lists them in its
- * own option table (whose order getopt shows in its messages) and numbers
- * its own options from OPT_FIRST_OWN.  -X is 'X'.
+ * getopt_long() codes of the common options; a generator numbers its own
+ * from OPT_FIRST_OWN.  -X is 'X' and -h is 'h'.
  */
 enum
 {
@@ -139,6 +141,43 @@ enum
 	OPT_SEED, OPT_SEQ_START, OPT_LINGER_MS, OPT_MESSAGE_TIMEOUT_MS, OPT_QUIET,
 	OPT_HELP, OPT_FIRST_OWN
 };
+
+/*
+ * The common options in three groups, for a generator's getopt_long() table
+ * and usage text: the target first, the run after the generator's first
+ * options (its model's size), the client settings last.  The order of the
+ * table is what getopt lists for an ambiguous abbreviation.
+ */
+#define PRODUCER_TARGET_OPTIONS \
+	{"bootstrap", required_argument, NULL, OPT_BOOTSTRAP}, \
+	{"topic", required_argument, NULL, OPT_TOPIC}
+
+#define PRODUCER_RUN_OPTIONS \
+	{"rate", required_argument, NULL, OPT_RATE}, \
+	{"count", required_argument, NULL, OPT_COUNT}, \
+	{"duration", required_argument, NULL, OPT_DURATION}, \
+	{"seed", required_argument, NULL, OPT_SEED}
+
+#define PRODUCER_CLIENT_OPTIONS \
+	{"seq-start", required_argument, NULL, OPT_SEQ_START}, \
+	{"linger-ms", required_argument, NULL, OPT_LINGER_MS}, \
+	{"message-timeout-ms", required_argument, NULL, OPT_MESSAGE_TIMEOUT_MS}, \
+	{"property", required_argument, NULL, 'X'}, \
+	{"quiet", no_argument, NULL, OPT_QUIET}, \
+	{"help", no_argument, NULL, OPT_HELP}
+
+#define PRODUCER_RUN_USAGE \
+	"  --rate EPS                events per second, 0 = unpaced (default 1000)\n" \
+	"  --count N                 send exactly N messages (default 10000)\n" \
+	"  --duration SECONDS        send for this long instead of --count\n" \
+	"  --seed S                  random seed (default 42)\n"
+
+#define PRODUCER_CLIENT_USAGE \
+	"  --seq-start N             seq of the first message (default 0)\n" \
+	"  --linger-ms MS            producer linger.ms (default 0)\n" \
+	"  --message-timeout-ms MS   producer message.timeout.ms (default 30000)\n" \
+	"  -X, --property PROP=VAL   any other librdkafka property (repeatable)\n" \
+	"  --quiet                   no librdkafka logs, no summary on stderr\n"
 
 static inline double
 parse_double_arg(const char *name, const char *s, double min, double max)
@@ -179,55 +218,62 @@ set_producer_defaults(void)
 }
 
 /*
- * Apply common option c (a getopt_long() code) with argument arg.  Returns
- * false if c is not a common option.
+ * Apply common option c (a getopt_long() code) with argument arg.  --help
+ * shows usage on stdout and exits 0; anything else that is not a common
+ * option (getopt's '?' for one it did not know) shows it on stderr and
+ * exits 2.
  */
-static inline bool
-parse_producer_option(int c, const char *arg)
+static inline void
+parse_producer_option(int c, const char *arg, void (*usage) (FILE *out))
 {
 	switch (c)
 	{
 		case OPT_BOOTSTRAP:
 			producer.bootstrap = arg;
-			return true;
+			break;
 		case OPT_TOPIC:
 			producer.topic = arg;
-			return true;
+			break;
 		case OPT_RATE:
 			producer.rate = parse_double_arg("rate", arg, 0, 1e9);
-			return true;
+			break;
 		case OPT_COUNT:
 			producer.count = parse_int_arg("count", arg, 0, INT64_MAX / 2);
 			producer.count_given = true;
-			return true;
+			break;
 		case OPT_DURATION:
 			producer.duration = parse_double_arg("duration", arg, 0, 1e9);
-			return true;
+			break;
 		case OPT_SEED:
 			producer.seed = (uint64_t) parse_int_arg("seed", arg, 0, INT64_MAX);
-			return true;
+			break;
 		case OPT_SEQ_START:
 			producer.seq_start = parse_int_arg("seq-start", arg, 0, INT64_MAX / 2);
-			return true;
+			break;
 		case OPT_LINGER_MS:
 			producer.linger_ms = (int) parse_int_arg("linger-ms", arg, 0, 900000);
-			return true;
+			break;
 		case OPT_MESSAGE_TIMEOUT_MS:
 			producer.message_timeout_ms =
 				(int) parse_int_arg("message-timeout-ms", arg, 1, 2147483647);
-			return true;
+			break;
 		case 'X':
 			if (strchr(arg, '=') == NULL)
 				fatal("-X expects PROPERTY=VALUE, not \"%s\"", arg);
 			if (producer.n_properties == MAX_PROPERTIES)
 				fatal("too many -X properties");
 			producer.properties[producer.n_properties++] = arg;
-			return true;
+			break;
 		case OPT_QUIET:
 			producer.quiet = true;
-			return true;
+			break;
+		case 'h':
+		case OPT_HELP:
+			usage(stdout);
+			exit(0);
 		default:
-			return false;
+			usage(stderr);
+			exit(2);
 	}
 }
 
@@ -296,6 +342,10 @@ rng_normal(uint64_t *state)
 
 	return sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
 }
+
+/* ---------------------------------------------------------------------
+ * Message helpers
+ * --------------------------------------------------------------------- */
 
 /*
  * Whether message i is one of a share of the messages, spread evenly: it is

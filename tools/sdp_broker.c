@@ -85,6 +85,14 @@
 #include <librdkafka/rdkafka.h>
 #include <librdkafka/rdkafka_mock.h>
 
+/*
+ * Of producer.h the broker uses only fatal() (which exits 1 here, as it always
+ * has), vprint_message() and the stop request; the rest is the generators'.
+ */
+#define TOOL_NAME "sdp_broker"
+#define FATAL_EXIT_STATUS 1
+#include "producer.h"
+
 #define MAX_TOPICS		64
 #define MAX_BROKERS		64
 #define MAX_COMMAND_LEN 1024
@@ -107,8 +115,10 @@ typedef struct BrokerOptions
 	bool		quiet;
 } BrokerOptions;
 
-/* Set by signal handlers, acted upon in the main loop. */
-static volatile sig_atomic_t got_terminate = 0;
+/*
+ * Set by signal handlers, acted upon in the main loop, like stop_requested
+ * (SIGTERM, SIGINT) from producer.h.
+ */
 static volatile sig_atomic_t got_down_all = 0;
 static volatile sig_atomic_t got_up_all = 0;
 
@@ -116,12 +126,6 @@ static BrokerOptions opts;
 static rd_kafka_t *host_rk;
 static rd_kafka_mock_cluster_t *mcluster;
 static bool quit_requested = false;
-
-static void
-handle_terminate(int signo)
-{
-	got_terminate = 1;
-}
 
 static void
 handle_usr1(int signo)
@@ -161,26 +165,8 @@ info(const char *fmt,...)
 	if (opts.quiet)
 		return;
 	va_start(ap, fmt);
-	fprintf(stderr, "sdp_broker: ");
-	vfprintf(stderr, fmt, ap);
-	fputc('\n', stderr);
+	vprint_message(fmt, ap);
 	va_end(ap);
-}
-
-static void fatal(const char *fmt,...)
-			__attribute__((format(printf, 1, 2), noreturn));
-
-static void
-fatal(const char *fmt,...)
-{
-	va_list		ap;
-
-	va_start(ap, fmt);
-	fprintf(stderr, "sdp_broker: ");
-	vfprintf(stderr, fmt, ap);
-	fputc('\n', stderr);
-	va_end(ap);
-	exit(1);
 }
 
 /* Parse a decimal integer in [min, max]; false if it is not one. */
@@ -622,17 +608,13 @@ install_signal_handlers(sigset_t *wait_mask)
 	struct sigaction sa;
 	sigset_t	blocked;
 
+	install_stop_signal_handlers();
 	memset(&sa, 0, sizeof(sa));
 	sigemptyset(&sa.sa_mask);
-	sa.sa_handler = handle_terminate;
-	sigaction(SIGTERM, &sa, NULL);
-	sigaction(SIGINT, &sa, NULL);
 	sa.sa_handler = handle_usr1;
 	sigaction(SIGUSR1, &sa, NULL);
 	sa.sa_handler = handle_usr2;
 	sigaction(SIGUSR2, &sa, NULL);
-	sa.sa_handler = SIG_IGN;
-	sigaction(SIGPIPE, &sa, NULL);
 
 	/*
 	 * Block them before librdkafka starts any thread (threads inherit the
@@ -661,7 +643,7 @@ request_parent_death_signal(void)
 	if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0)
 		fatal("prctl(PR_SET_PDEATHSIG) failed: %s", strerror(errno));
 	if (getppid() == 1)
-		got_terminate = 1;
+		stop_requested = 1;
 #else
 	fatal("--exit-with-parent is only supported on Linux");
 #endif
@@ -706,7 +688,7 @@ main(int argc, char **argv)
 		write_addr_file(opts.addr_file, bootstrap);
 	info("%d broker(s) at %s", opts.brokers, bootstrap);
 
-	while (!got_terminate && !quit_requested)
+	while (!stop_requested && !quit_requested)
 	{
 		struct pollfd pfd;
 		int			rc;
