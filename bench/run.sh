@@ -130,7 +130,17 @@ rss() {  # pid -> "VmRSS RssAnon RssShmem" in kB
 }
 now() { date +%s.%N; }
 wait_read() {  # flow count -> prints the time when messages_read reached count
-  while [ "$(sql -c "SELECT messages_read >= $2 FROM sdp.flow_status WHERE flow = '$1'")" != t ]; do sleep 0.05; done
+  local r deadline=$((SECONDS + 600))
+  while :; do
+    r=$(sql -c "SELECT CASE WHEN messages_read >= $2 THEN 'done' WHEN state = 'failed' THEN 'failed: ' || coalesce(last_error, '')
+                  ELSE 'wait' END FROM sdp.flow_status WHERE flow = '$1'")
+    [ "$r" = done ] && break
+    if [ "$r" != wait ] || [ $SECONDS -ge $deadline ]; then
+      echo "bench: flow $1 did not read $2 messages (${r:-no such flow}; $(sql -c "SELECT messages_read FROM sdp.flow_status WHERE flow = '$1'") read)" >&2
+      exit 1
+    fi
+    sleep 0.05
+  done
   now
 }
 

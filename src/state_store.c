@@ -29,7 +29,13 @@
 #define SLOT_EMPTY		0
 #define SLOT_USED		1
 #define SLOT_DELETED	2
-#define MAP_MIN_CAPACITY 16
+/*
+ * A new map holds one member and doubles from there: most keys of a
+ * windowed aggregation have one or two open windows, and a map slot carries
+ * the whole value (an approx_distinct window is over 1 kB), so a larger
+ * starting size multiplies the state of every key.
+ */
+#define MAP_MIN_CAPACITY 2
 
 static int	registered_tranche = 0;
 
