@@ -27,7 +27,7 @@ PG_CPPFLAGS += -Isrc
 ifeq ($(CI),true)
 PG_CFLAGS += -Werror -DUSE_ASSERT_CHECKING
 endif
-SHLIB_LINK += -lrdkafka -ljansson -lm
+SHLIB_LINK += -lrdkafka -lm
 
 # Tools: plain programs beside the extension (embedded broker, event generators).
 TOOLS = $(patsubst %.c,%,$(wildcard tools/*.c))

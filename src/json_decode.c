@@ -4,9 +4,16 @@
  *
  * Fields are matched to columns by name; a missing field or JSON null is
  * SQL NULL; a nested object or array goes whole into a jsonb (or text)
- * column.  Numbers given as strings are accepted where a number is
- * expected.  timestamptz takes ISO-8601 text or epoch seconds,
- * milliseconds or microseconds (told apart by magnitude).
+ * column, as it was sent.  Numbers given as strings are accepted where a
+ * number is expected, and a number keeps its exact text on the way to
+ * numeric and text columns.  timestamptz takes ISO-8601 text or epoch
+ * seconds, milliseconds or microseconds (told apart by magnitude).
+ *
+ * The payload is parsed with PostgreSQL's own JSON parser (common/jsonapi),
+ * which calls us back for each top-level field and hands over the token's
+ * text: no tree of the document is built, and nothing of a field the
+ * schema does not declare is kept.  It is strict JSON (RFC 8259), checked
+ * whole, and the payload must be UTF-8.
  *
  * A message that cannot be decoded is reported with the reason, never
  * raised: the caller dead-letters it and goes on with the batch.
@@ -16,20 +23,100 @@
 #include <math.h>
 
 #include "catalog/pg_type.h"
-#include "common/shortest_dec.h"
+#include "common/jsonapi.h"
+#include "lib/stringinfo.h"
 #include "mb/pg_wchar.h"
-/* PostgreSQL's SQL functions json_object and json_typeof clash with jansson's names. */
-#define json_object pg_json_object
-#define json_typeof pg_json_typeof
 #include "utils/builtins.h"
-#undef json_object
-#undef json_typeof
 #include "utils/date.h"
 #include "utils/datetime.h"
+#include "utils/json.h"
 #include "utils/jsonb.h"
+#include "utils/memutils.h"
 #include "utils/timestamp.h"
 
-#include <jansson.h>
+/*
+ * A top-level field's value as the parser found it: the token's text
+ * (strings unescaped) and its kind; for an object or array, its raw text.
+ */
+typedef struct FieldValue
+{
+	char	   *text;
+	int			len;
+	JsonTokenType type;			/* JSON_TOKEN_OBJECT_START / ARRAY_START for nested */
+} FieldValue;
+
+typedef struct DecodeState
+{
+	JsonLexContext *lex;
+	SdpInputSchema *schema;
+	FieldValue *fields;			/* one per declared column; type INVALID = absent */
+	int			column;			/* column of the current top-level field, or -1 */
+	char	   *nested_start;	/* where the current field's object or array began */
+	bool		is_object;		/* the document is an object */
+} DecodeState;
+
+static int
+column_of(SdpInputSchema *schema, const char *name)
+{
+	for (int i = 0; i < schema->ncolumns; i++)
+	{
+		const char *c = schema->columns[i].name;
+
+		if (c[0] == name[0] && strcmp(c, name) == 0)
+			return i;
+	}
+	return -1;
+}
+
+static void
+on_field_start(void *state, char *fname, bool isnull)
+{
+	DecodeState *st = state;
+
+	if (st->lex->lex_level == 1)
+		st->column = column_of(st->schema, fname);
+}
+
+static void
+on_scalar(void *state, char *token, JsonTokenType type)
+{
+	DecodeState *st = state;
+
+	if (st->lex->lex_level == 1 && st->column >= 0)
+	{
+		FieldValue *f = &st->fields[st->column];
+
+		f->text = token;
+		f->len = (int) strlen(token);
+		f->type = type;
+	}
+}
+
+static void
+on_nested_start(void *state)
+{
+	DecodeState *st = state;
+
+	if (st->lex->lex_level == 0)
+		st->is_object = (st->lex->token_type == JSON_TOKEN_OBJECT_START);
+	else if (st->lex->lex_level == 1 && st->column >= 0)
+		st->nested_start = st->lex->token_start;
+}
+
+static void
+on_nested_end(void *state)
+{
+	DecodeState *st = state;
+
+	if (st->lex->lex_level == 1 && st->column >= 0)
+	{
+		FieldValue *f = &st->fields[st->column];
+
+		f->len = (int) (st->lex->prev_token_terminator - st->nested_start);
+		f->text = pnstrdup(st->nested_start, f->len);
+		f->type = *st->nested_start == '{' ? JSON_TOKEN_OBJECT_START : JSON_TOKEN_ARRAY_START;
+	}
+}
 
 /* Raised inside the conversion and caught by sdp_decode_message. */
 static void
@@ -40,93 +127,56 @@ field_error(const SdpInputColumn *col, const char *fmt, const char *value)
 			 errmsg(fmt, format_type_with_typemod(col->typid, col->typmod), value)));
 }
 
-/* The JSON value as text, for text columns and input functions. */
-static char *
-json_value_text(json_t *v, size_t *len)
+static void
+invalid_input(const SdpInputColumn *col, const FieldValue *f)
 {
-	char	   *dumped;
-	char	   *result;
-
-	if (json_is_string(v))
-	{
-		*len = json_string_length(v);
-		return (char *) json_string_value(v);
-	}
-	if (json_is_true(v))
-	{
-		*len = 4;
-		return "true";
-	}
-	if (json_is_false(v))
-	{
-		*len = 5;
-		return "false";
-	}
-	if (json_is_real(v))
-	{
-		/* the shortest text that reads back as the same double: 123.45, not 123.45000000000000284 */
-		result = palloc(DOUBLE_SHORTEST_DECIMAL_LEN);
-		*len = double_to_shortest_decimal_buf(json_real_value(v), result);
-		return result;
-	}
-	dumped = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
-	if (dumped == NULL)
-		ereport(ERROR,
-				(errcode(ERRCODE_OUT_OF_MEMORY),
-				 errmsg("out of memory encoding a JSON value")));
-	*len = strlen(dumped);
-	result = pnstrdup(dumped, *len);
-	free(dumped);
-	return result;
+	field_error(col, "invalid input syntax for type %s: \"%s\"", f->text);
 }
 
-/* A UTF-8 string from jansson as a server-encoded C string. */
-static char *
-server_cstring(const char *utf8, size_t len)
+/* The whole text is a decimal integer (a JSON number or a string, spaces after allowed). */
+static bool
+parse_int64(const SdpInputColumn *col, const char *s, int64 *result)
 {
-	char	   *s = pnstrdup(utf8, len);
+	char	   *end;
+	long long	r;
 
-	if (GetDatabaseEncoding() == PG_UTF8)
-		return s;
-	return pg_any_to_server(s, (int) len, PG_UTF8);
+	errno = 0;
+	r = strtoll(s, &end, 10);
+	while (*end == ' ')
+		end++;
+	if (end == s || *end != '\0')
+		return false;
+	if (errno == ERANGE)
+		ereport(ERROR,
+				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
+				 errmsg("value %s is out of range for type %s", s, format_type_be(col->typid))));
+	*result = (int64) r;
+	return true;
 }
 
 static int64
-json_to_int64(const SdpInputColumn *col, json_t *v)
+field_to_int64(const SdpInputColumn *col, const FieldValue *f)
 {
-	if (json_is_integer(v))
-		return (int64) json_integer_value(v);
-	if (json_is_real(v))
+	int64		r;
+
+	if ((f->type == JSON_TOKEN_NUMBER || f->type == JSON_TOKEN_STRING) && parse_int64(col, f->text, &r))
+		return r;
+	if (f->type == JSON_TOKEN_NUMBER)
 	{
-		double		d = json_real_value(v);
+		/* 3.0 or 1e3: an integer written as a real */
+		double		d = strtod(f->text, NULL);
 
 		if (d == rint(d) && d >= (double) PG_INT64_MIN && d < -(double) PG_INT64_MIN)
 			return (int64) d;
-		field_error(col, "invalid input syntax for type %s: \"%s\"",
-					json_value_text(v, &(size_t) {0}));
 	}
-	if (json_is_string(v))
-	{
-		const char *s = json_string_value(v);
-		char	   *end;
-		long long	r;
-
-		errno = 0;
-		r = strtoll(s, &end, 10);
-		while (*end == ' ')
-			end++;
-		if (end != s && *end == '\0' && errno == 0)
-			return (int64) r;
-		field_error(col, "invalid input syntax for type %s: \"%s\"", s);
-	}
-	field_error(col, "invalid input syntax for type %s: \"%s\"", json_value_text(v, &(size_t) {0}));
+	invalid_input(col, f);
 	return 0;					/* keep compiler quiet */
 }
 
 static int64
-int_in_range(const SdpInputColumn *col, json_t *v, int64 min, int64 max)
+int_in_range(const SdpInputColumn *col, const FieldValue *f, int64 min, int64 max)
 {
-	int64		r = json_to_int64(col, v);
+	int64		r = field_to_int64(col, f);
 
 	if (r < min || r > max)
 		ereport(ERROR,
@@ -137,13 +187,11 @@ int_in_range(const SdpInputColumn *col, json_t *v, int64 min, int64 max)
 }
 
 static double
-json_to_double(const SdpInputColumn *col, json_t *v)
+field_to_double(const SdpInputColumn *col, const FieldValue *f)
 {
-	if (json_is_number(v))
-		return json_number_value(v);
-	if (json_is_string(v))
-		return DatumGetFloat8(DirectFunctionCall1(float8in, CStringGetDatum(json_string_value(v))));
-	field_error(col, "invalid input syntax for type %s: \"%s\"", json_value_text(v, &(size_t) {0}));
+	if (f->type == JSON_TOKEN_NUMBER || f->type == JSON_TOKEN_STRING)
+		return DatumGetFloat8(DirectFunctionCall1(float8in, CStringGetDatum(f->text)));
+	invalid_input(col, f);
 	return 0;
 }
 
@@ -169,29 +217,26 @@ epoch_to_timestamptz(double epoch)
 }
 
 static Datum
-json_to_datum(SdpInputColumn *col, json_t *v)
+field_to_datum(SdpInputColumn *col, const FieldValue *f)
 {
-	size_t		len;
-	char	   *s;
-
 	switch (col->kind)
 	{
 		case SDP_DECODE_BOOL:
-			if (json_is_boolean(v))
-				return BoolGetDatum(json_is_true(v));
-			if (json_is_string(v))
-				return DirectFunctionCall1(boolin, CStringGetDatum(json_string_value(v)));
-			field_error(col, "invalid input syntax for type %s: \"%s\"", json_value_text(v, &len));
+			if (f->type == JSON_TOKEN_TRUE || f->type == JSON_TOKEN_FALSE)
+				return BoolGetDatum(f->type == JSON_TOKEN_TRUE);
+			if (f->type == JSON_TOKEN_STRING)
+				return DirectFunctionCall1(boolin, CStringGetDatum(f->text));
+			invalid_input(col, f);
 			break;
 		case SDP_DECODE_INT2:
-			return Int16GetDatum((int16) int_in_range(col, v, PG_INT16_MIN, PG_INT16_MAX));
+			return Int16GetDatum((int16) int_in_range(col, f, PG_INT16_MIN, PG_INT16_MAX));
 		case SDP_DECODE_INT4:
-			return Int32GetDatum((int32) int_in_range(col, v, PG_INT32_MIN, PG_INT32_MAX));
+			return Int32GetDatum((int32) int_in_range(col, f, PG_INT32_MIN, PG_INT32_MAX));
 		case SDP_DECODE_INT8:
-			return Int64GetDatum(json_to_int64(col, v));
+			return Int64GetDatum(field_to_int64(col, f));
 		case SDP_DECODE_FLOAT4:
 			{
-				double		d = json_to_double(col, v);
+				double		d = field_to_double(col, f);
 
 				if (!isinf(d) && isinf((float4) d))
 					ereport(ERROR,
@@ -200,41 +245,68 @@ json_to_datum(SdpInputColumn *col, json_t *v)
 				return Float4GetDatum((float4) d);
 			}
 		case SDP_DECODE_FLOAT8:
-			return Float8GetDatum(json_to_double(col, v));
+			return Float8GetDatum(field_to_double(col, f));
 		case SDP_DECODE_TEXT:
-			s = json_value_text(v, &len);
-			if (GetDatabaseEncoding() == PG_UTF8)
-				return PointerGetDatum(cstring_to_text_with_len(s, (int) len));
-			return CStringGetTextDatum(server_cstring(s, len));
+			return PointerGetDatum(cstring_to_text_with_len(f->text, f->len));
 		case SDP_DECODE_TIMESTAMPTZ:
-			if (json_is_number(v))
-				return TimestampTzGetDatum(epoch_to_timestamptz(json_number_value(v)));
-			if (json_is_string(v))
+			if (f->type == JSON_TOKEN_NUMBER)
+				return TimestampTzGetDatum(epoch_to_timestamptz(field_to_double(col, f)));
+			if (f->type == JSON_TOKEN_STRING)
 				return DirectFunctionCall3(timestamptz_in,
-										   CStringGetDatum(json_string_value(v)),
+										   CStringGetDatum(f->text),
 										   ObjectIdGetDatum(InvalidOid),
 										   Int32GetDatum(col->typmod));
-			field_error(col, "invalid input syntax for type %s: \"%s\"", json_value_text(v, &len));
+			invalid_input(col, f);
 			break;
 		case SDP_DECODE_JSONB:
+			if (f->type == JSON_TOKEN_STRING)
 			{
-				char	   *dumped = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
-				char	   *copy;
+				StringInfoData quoted;
 
-				if (dumped == NULL)
-					ereport(ERROR,
-							(errcode(ERRCODE_OUT_OF_MEMORY),
-							 errmsg("out of memory encoding a JSON value")));
-				copy = server_cstring(dumped, strlen(dumped));
-				free(dumped);
-				return DirectFunctionCall1(jsonb_in, CStringGetDatum(copy));
+				initStringInfo(&quoted);
+				escape_json(&quoted, f->text);
+				return DirectFunctionCall1(jsonb_in, CStringGetDatum(quoted.data));
 			}
+			return DirectFunctionCall1(jsonb_in, CStringGetDatum(f->text));
 		case SDP_DECODE_INPUT_FUNCTION:
-			s = json_value_text(v, &len);
-			return InputFunctionCall(&col->infunc, server_cstring(s, len),
-									 col->typioparam, col->typmod);
+			return InputFunctionCall(&col->infunc, f->text, col->typioparam, col->typmod);
 	}
 	return (Datum) 0;
+}
+
+static bool
+decode_failure(char **error, int *sqlstate, char *message)
+{
+	*error = message;
+	*sqlstate = ERRCODE_INVALID_TEXT_REPRESENTATION;
+	return false;
+}
+
+/* The UTF-8 payload in a server encoding other than UTF-8, or the reason it has no such form. */
+static bool
+to_server_encoding(const char *payload, size_t len, char **text, char **error, int *sqlstate)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	volatile bool ok = true;
+
+	PG_TRY();
+	{
+		*text = pg_any_to_server(pnstrdup(payload, len), (int) len, PG_UTF8);
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		*error = pstrdup(edata->message);
+		*sqlstate = edata->sqlerrcode;
+		FreeErrorData(edata);
+		ok = false;
+	}
+	PG_END_TRY();
+	return ok;
 }
 
 /*
@@ -247,50 +319,68 @@ bool
 sdp_decode_message(SdpInputSchema *schema, const char *payload, size_t len,
 				   Datum *values, bool *nulls, char **error, int *sqlstate)
 {
-	json_t	   *root;
-	json_error_t jerr;
 	MemoryContext cxt = CurrentMemoryContext;
+	JsonSemAction sem = {0};
+	DecodeState st = {0};
+	JsonParseErrorType result;
+	char	   *text = (char *) payload;
+	int			valid;
 	volatile int failed_column = -1;
 	volatile bool ok = true;
 
 	if (payload == NULL || len == 0)
+		return decode_failure(error, sqlstate, pstrdup("empty message (no JSON payload)"));
+	if (len > MaxAllocSize / 2)
+		return decode_failure(error, sqlstate, psprintf("message of %zu bytes is too large to decode", len));
+
+	/* The payload is UTF-8: check it, and bring it to the server's encoding. */
+	valid = pg_encoding_verifymbstr(PG_UTF8, payload, (int) len);
+	if (valid < (int) len)
+		return decode_failure(error, sqlstate,
+							  psprintf("message is not valid UTF-8 (at byte %d)", valid));
+	if (GetDatabaseEncoding() != PG_UTF8)
 	{
-		*error = pstrdup("empty message (no JSON payload)");
-		*sqlstate = ERRCODE_INVALID_TEXT_REPRESENTATION;
-		return false;
+		if (!to_server_encoding(payload, len, &text, error, sqlstate))
+			return false;
+		len = strlen(text);
 	}
 
-	root = json_loadb(payload, len, 0, &jerr);
-	if (root == NULL)
-	{
-		*error = psprintf("invalid JSON at line %d, column %d: %s",
-						  jerr.line, jerr.column, jerr.text);
-		*sqlstate = ERRCODE_INVALID_TEXT_REPRESENTATION;
-		return false;
-	}
-	if (!json_is_object(root))
-	{
-		json_decref(root);
-		*error = pstrdup("message is not a JSON object");
-		*sqlstate = ERRCODE_INVALID_TEXT_REPRESENTATION;
-		return false;
-	}
+	st.lex = makeJsonLexContextCstringLen(text, (int) len, GetDatabaseEncoding(), true);
+	st.schema = schema;
+	st.fields = palloc0(sizeof(FieldValue) * Max(schema->ncolumns, 1));
+	st.column = -1;
+	sem.semstate = &st;
+	sem.object_start = on_nested_start;
+	sem.array_start = on_nested_start;
+	sem.object_end = on_nested_end;
+	sem.array_end = on_nested_end;
+	sem.object_field_start = on_field_start;
+	sem.scalar = on_scalar;
+
+	result = pg_parse_json(st.lex, &sem);
+	if (result != JSON_SUCCESS)
+		return decode_failure(error, sqlstate,
+							  psprintf("invalid JSON at line %d, column %d: %s",
+									   st.lex->line_number,
+									   st.lex->token_start ? (int) (st.lex->token_start - st.lex->line_start) + 1 : 1,
+									   json_errdetail(result, st.lex)));
+	if (!st.is_object)
+		return decode_failure(error, sqlstate, pstrdup("message is not a JSON object"));
 
 	PG_TRY();
 	{
 		for (int i = 0; i < schema->ncolumns; i++)
 		{
-			SdpInputColumn *col = &schema->columns[i];
-			json_t	   *v = json_object_get(root, col->name);
+			FieldValue *f = &st.fields[i];
 
-			if (v == NULL || json_is_null(v))
+			if (f->type == JSON_TOKEN_INVALID || f->type == JSON_TOKEN_NULL)
 			{
 				values[i] = (Datum) 0;
 				nulls[i] = true;
 				continue;
 			}
 			failed_column = i;
-			values[i] = json_to_datum(col, v);
+			values[i] = field_to_datum(&schema->columns[i], f);
 			nulls[i] = false;
 		}
 	}
@@ -307,7 +397,5 @@ sdp_decode_message(SdpInputSchema *schema, const char *payload, size_t len,
 		ok = false;
 	}
 	PG_END_TRY();
-
-	json_decref(root);
 	return ok;
 }

@@ -31,6 +31,13 @@ my @msgs = (
 	[ 'k9', '[1, 2, 3]' ],
 	[ undef, '{"id": 10, "t": "no key"}' ],
 	[ 'k11', '{"id": 11, "n": 123456789.123}' ],
+	[ 'k12', '{"id": 12, "t": 0.10, "skipped": {"x": [1, {"deep": "t"}]}, "n": 1e2, "f8": -0.0}' ],
+	[ 'k13', '{"id": 13, "t": "first", "t": "last", "i8": 3.0}' ],
+	[ 'k14', '{"id": 14, "t": "unterminated}' ],
+	[ 'k15', "{\"id\": 15, \"t\": \"bad \xff byte\"}" ],
+	[ 'k16', '{"id": 16, "t": "caf\u00e9 \ud83d\ude00 \"q\"", "j": "caf\u00e9"}' ],
+	[ 'k17', '{"id": 17, "i8": 12345678901234567890}' ],
+	[ 'k18', '{"id": 18,}' ],
 );
 SdpKafka::kcat_produce(bootstrap => $broker->bootstrap, topic => 'typed',
 	messages => [ map { [ $_->[0], $_->[1], 0 ] } @msgs ]);
@@ -43,7 +50,12 @@ is(SdpTest::query($node, "SET TimeZone = 'UTC'; SELECT t, i2, i8, f4, f8, n, b, 
 is(SdpTest::query($node, "SET TimeZone = 'UTC'; SELECT t, i2, i8, f4, f8, n, b, ts FROM typed WHERE id = 2"),
 	'42|8|-5|2.25|0.001|7.00|f|2026-01-02 03:04:05+00', 'numbers and booleans given as strings; epoch seconds');
 is(SdpTest::query($node, "SET TimeZone = 'UTC'; SELECT t, ts, j, b IS NULL FROM typed WHERE id = 3"),
-	'{"nested":true}|2026-01-02 03:04:05.678+00|[1, "two"]|t', 'nested JSON into text; epoch milliseconds; jsonb array; null');
+	'{"nested": true}|2026-01-02 03:04:05.678+00|[1, "two"]|t', 'nested JSON into text as sent; epoch milliseconds; jsonb array; null');
+is(SdpTest::query($node, "SELECT t, n, f8 FROM typed WHERE id = 12"), '0.10|100.00|-0',
+	'a number keeps its text into text; 1e2 into numeric; an undeclared nested field is skipped');
+is(SdpTest::query($node, "SELECT t, i8 FROM typed WHERE id = 13"), 'last|3', 'a repeated field: the last one; 3.0 into bigint');
+is(SdpTest::query($node, "SELECT t, j FROM typed WHERE id = 16"), qq{caf\xc3\xa9 \xf0\x9f\x98\x80 "q"|"caf\xc3\xa9"},
+	'escapes: \\u00e9, a surrogate pair, a quote; a jsonb string');
 is(SdpTest::query($node, "SET TimeZone = 'UTC'; SELECT ts, j, f8 FROM typed WHERE id = 4"),
 	'2026-01-02 03:04:05.678901+00|"just a string"|12', 'epoch microseconds; a jsonb string; an integer into float8');
 is(SdpTest::query($node, "SELECT kafka_topic, kafka_partition, kafka_key, kafka_timestamp IS NOT NULL FROM typed WHERE id = 1"),
@@ -56,8 +68,12 @@ is(SdpTest::query($node, "SELECT string_agg(kafka_offset || ': ' || error, E'\\n
 		'6: field "ts": invalid input syntax for type timestamp with time zone: "yesterday-ish"',
 		'7: field "u": invalid input syntax for type uuid: "not-a-uuid"',
 		'8: message is not a JSON object',
-		'10: field "n": numeric field overflow'),
+		'10: field "n": numeric field overflow',
+		'13: invalid JSON at line 1, column 17: Token ""unterminated}" is invalid.',
+		'14: message is not valid UTF-8 (at byte 21)',
+		'16: field "i8": value 12345678901234567890 is out of range for type bigint',
+		'17: invalid JSON at line 1, column 11: Expected string, but found "}".'),
 	'values that do not fit are dead-lettered with the reason');
-is(SdpTest::query($node, 'SELECT count(*) FROM typed'), '5', 'the rest is written');
+is(SdpTest::query($node, 'SELECT count(*) FROM typed'), '8', 'the rest is written');
 
 done_testing();
