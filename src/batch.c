@@ -68,6 +68,9 @@ sdp_decode_batch(FlowWorker *w, Batch *b)
 	bool	   *nulls = palloc(sizeof(bool) * natts);
 	Datum		topic = CStringGetTextDatum(w->source.topic);
 
+	/* from scratch: an attempt that raised part way through may have left rows behind */
+	b->nrows = 0;
+	b->dead = NIL;
 	b->rows = palloc(sizeof(HeapTuple) * b->nmsgs);
 	b->row_msg = palloc(sizeof(int) * b->nmsgs);
 	for (int i = 0; i < b->nmsgs; i++)

@@ -45,6 +45,9 @@ typedef struct FieldValue
 	JsonTokenType type;			/* JSON_TOKEN_OBJECT_START / ARRAY_START for nested */
 } FieldValue;
 
+/* Objects and arrays nested deeper than this are refused (jansson's limit was 2048). */
+#define SDP_JSON_MAX_DEPTH 1000
+
 typedef struct DecodeState
 {
 	JsonLexContext *lex;
@@ -97,6 +100,11 @@ on_nested_start(void *state)
 {
 	DecodeState *st = state;
 
+	/* the parser recurses per level: refuse a pathological depth before the stack limit does */
+	if (st->lex->lex_level >= SDP_JSON_MAX_DEPTH)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("JSON nested deeper than %d levels", SDP_JSON_MAX_DEPTH)));
 	if (st->lex->lex_level == 0)
 		st->is_object = (st->lex->token_type == JSON_TOKEN_OBJECT_START);
 	else if (st->lex->lex_level == 1 && st->column >= 0)
@@ -322,7 +330,7 @@ sdp_decode_message(SdpInputSchema *schema, const char *payload, size_t len,
 	MemoryContext cxt = CurrentMemoryContext;
 	JsonSemAction sem = {0};
 	DecodeState st = {0};
-	JsonParseErrorType result;
+	volatile JsonParseErrorType result;
 	char	   *text = (char *) payload;
 	int			valid;
 	volatile int failed_column = -1;
@@ -357,7 +365,24 @@ sdp_decode_message(SdpInputSchema *schema, const char *payload, size_t len,
 	sem.object_field_start = on_field_start;
 	sem.scalar = on_scalar;
 
-	result = pg_parse_json(st.lex, &sem);
+	/* the parser and our callbacks may raise (a depth past the limit): report it as the reason */
+	PG_TRY();
+	{
+		result = pg_parse_json(st.lex, &sem);
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		*error = psprintf("invalid JSON: %s", edata->message);
+		*sqlstate = edata->sqlerrcode;
+		FreeErrorData(edata);
+		return false;
+	}
+	PG_END_TRY();
 	if (result != JSON_SUCCESS)
 		return decode_failure(error, sqlstate,
 							  psprintf("invalid JSON at line %d, column %d: %s",
