@@ -88,9 +88,23 @@ read_flow(const char *flow, AggFlow *f)
 	sdp_check_owner(f->owner, "flow", flow);
 }
 
+/* Window sizes, slides and allowances are at most this long (sdp_event_time_usable relies on it). */
+#define MAX_WINDOW_US	(INT64CONST(100) * 12 * 30 * USECS_PER_DAY)	/* 100 years of 12 30-day months, as intervals count */
+
+/* Hopping windows: an event is folded into window_size / slide windows, at most this many. */
+#define MAX_WINDOWS_PER_EVENT	1000
+
+/* An interval in microseconds (a month is 30 days), clamped to +-2 * MAX_WINDOW_US. */
 static int64
 interval_to_us(Interval *iv)
 {
+	double		us = (double) iv->time + (double) iv->day * USECS_PER_DAY +
+		(double) iv->month * 30 * USECS_PER_DAY;
+
+	if (us > 2.0 * MAX_WINDOW_US)
+		return 2 * MAX_WINDOW_US;
+	if (us < -2.0 * MAX_WINDOW_US)
+		return -2 * MAX_WINDOW_US;
 	return iv->time + (int64) iv->day * USECS_PER_DAY + (int64) iv->month * 30 * USECS_PER_DAY;
 }
 
@@ -206,11 +220,19 @@ define_aggregation(const char *flow, AggArgs *a, bool replace)
 				 errmsg("window_size must be positive"),
 				 errhint("E.g. window_size => '10 minutes'.")));
 	d->size_us = interval_to_us(a->window_size);
+	if (d->size_us > MAX_WINDOW_US)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("window_size must be at most 100 years")));
 	d->allowance_us = a->allowance ? interval_to_us(a->allowance) : 0;
 	if (d->allowance_us < 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("allowance must not be negative")));
+	if (d->allowance_us > MAX_WINDOW_US)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("allowance must be at most 100 years")));
 	d->slide_us = d->size_us;
 	if (a->slide)
 	{
@@ -220,6 +242,12 @@ define_aggregation(const char *flow, AggArgs *a, bool replace)
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("slide must be positive and divide window_size"),
 					 errhint("Omit slide for tumbling windows; a slide of a fraction of the window gives hopping windows.")));
+		if (d->size_us / d->slide_us > MAX_WINDOWS_PER_EVENT)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("slide puts each event in %lld windows, more than %d",
+							(long long) (d->size_us / d->slide_us), MAX_WINDOWS_PER_EVENT),
+					 errhint("Each event is folded into window_size / slide windows: choose a longer slide.")));
 	}
 
 	/* the flow's rows, and the fields */

@@ -32,6 +32,7 @@
 #include "utils/timestamp.h"
 
 #include "json_decode.h"
+#include "operator.h"
 
 /* Errors worth isolating to one message: the data was wrong, not the world. */
 bool
@@ -89,6 +90,22 @@ sdp_decode_batch(FlowWorker *w, Batch *b)
 			dl->stage = "decode";
 			dl->error = error;
 			dl->sqlstate = sqlstate;
+			b->dead = lappend(b->dead, dl);
+			continue;
+		}
+		if (w->op && w->event_time_index >= 0 && !nulls[w->event_time_index] &&
+			!sdp_event_time_usable(DatumGetTimestampTz(values[w->event_time_index])))
+		{
+			DeadLetter *dl = palloc(sizeof(DeadLetter));
+
+			dl->msg = m;
+			dl->stage = "decode";
+			dl->error = psprintf("field \"%s\": event time %s is outside the range windows and watermarks can hold (%s to %s)",
+								 w->schema->columns[w->event_time_index].name,
+								 sdp_timestamp_text(DatumGetTimestampTz(values[w->event_time_index])),
+								 sdp_timestamp_text(MIN_TIMESTAMP + SDP_EVENT_TIME_MARGIN_US),
+								 sdp_timestamp_text(END_TIMESTAMP - SDP_EVENT_TIME_MARGIN_US - 1));
+			dl->sqlstate = ERRCODE_DATETIME_VALUE_OUT_OF_RANGE;
 			b->dead = lappend(b->dead, dl);
 			continue;
 		}

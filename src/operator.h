@@ -47,6 +47,9 @@
  * event-time timers still fire when the stream goes quiet.  It never goes
  * back, is updated after each batch's rows are handled (so rows see the
  * watermark of the previous batch), and is checkpointed with the state.
+ * An event time that is infinite or within SDP_EVENT_TIME_MARGIN_US of the
+ * ends of the timestamp range is not usable (sdp_event_time_usable): it does
+ * not move the watermark, and an operator sets its message aside.
  * sdp_reject(ctx, partition, offset, reason) sets a message aside (stage
  * 'late' in sdp.dead_letters, once per message).
  *
@@ -154,6 +157,18 @@ extern void sdp_operator_bind(SdpOperatorContext *ctx, TupleDesc input, TupleDes
 extern void sdp_operator_handle_rows(SdpOperatorContext *ctx, HeapTuple *rows, int n);
 extern void sdp_operator_fire_timers(SdpOperatorContext *ctx);
 extern TimestampTz sdp_operator_next_timer(SdpOperatorContext *ctx, SdpTimeKind kind);
+
+/*
+ * Event times windows and watermarks can compute with: finite, and 200 years
+ * inside the timestamp range (window sizes and allowances are at most 100
+ * years each), so no sum of them overflows.
+ */
+#define SDP_EVENT_TIME_MARGIN_US	(INT64CONST(200) * 365 * USECS_PER_DAY)
+static inline bool
+sdp_event_time_usable(TimestampTz t)
+{
+	return t >= MIN_TIMESTAMP + SDP_EVENT_TIME_MARGIN_US && t < END_TIMESTAMP - SDP_EVENT_TIME_MARGIN_US;
+}
 extern void sdp_operator_index_timers(SdpOperatorContext *ctx);
 
 /* helpers for validate */

@@ -28,6 +28,7 @@
 #include "storage/latch.h"
 #include "storage/lwlock.h"
 #include "storage/spin.h"
+#include "utils/timestamp.h"
 
 #define SDP_EXTENSION_NAME		"sdp_ext"
 #define SDP_SCHEMA				"sdp"
@@ -189,6 +190,16 @@ sdp_start_transaction(void)
 {
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
+}
+
+/*
+ * A timestamptz as text, in memory of its own: timestamptz_to_str answers in
+ * one static buffer, so two calls in one message would print the same time.
+ */
+static inline char *
+sdp_timestamp_text(TimestampTz t)
+{
+	return pstrdup(timestamptz_to_str(t));
 }
 
 /* launcher.c */

@@ -170,7 +170,7 @@ observe_event_times(FlowWorker *w, Batch *b, TimestampTz now)
 		w->wm_last_data = now;
 		if (!onull && o + 1 > w->wm_pos[p])
 			w->wm_pos[p] = o + 1;
-		if (!tnull && t > w->wm_max[p])
+		if (!tnull && t > w->wm_max[p] && sdp_event_time_usable(t))
 			w->wm_max[p] = t;
 	}
 }

@@ -380,6 +380,13 @@ acc_add_double(WindowAcc *a, double x)
 {
 	double		t = a->fsum + x;
 
+	if (!isfinite(t))
+	{
+		/* an infinity or NaN: nothing left to compensate (inf - inf would make NaN of Infinity) */
+		a->fsum = t;
+		a->fcomp = 0;
+		return;
+	}
 	if (fabs(a->fsum) >= fabs(x))
 		a->fcomp += (a->fsum - t) + x;
 	else
@@ -650,6 +657,19 @@ floor_div(int64 a, int64 b)
 	return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
 }
 
+/* Set a row's message aside with the reason. */
+static void
+reject_row(SdpOperatorContext *ctx, HeapTuple row, const char *reason)
+{
+	bool		pnull,
+				onull;
+	Datum		p = heap_getattr(row, F_PART + 1, ctx->input_desc, &pnull);
+	Datum		o = heap_getattr(row, F_OFF + 1, ctx->input_desc, &onull);
+
+	if (!pnull && !onull)
+		sdp_reject(ctx, DatumGetInt32(p), DatumGetInt64(o), reason);
+}
+
 static void
 window_agg_handle_rows(SdpOperatorContext *ctx, SdpKeyState *ks, HeapTuple *rows, int nrows)
 {
@@ -673,6 +693,15 @@ window_agg_handle_rows(SdpOperatorContext *ctx, SdpKeyState *ks, HeapTuple *rows
 
 		if (isnull)
 			continue;			/* no event time: nowhere to fold it */
+		if (!sdp_event_time_usable(t))
+		{
+			reject_row(ctx, rows[i],
+					   psprintf("event time %s is outside the range windows and watermarks can hold (%s to %s)",
+								sdp_timestamp_text(t),
+								sdp_timestamp_text(MIN_TIMESTAMP + SDP_EVENT_TIME_MARGIN_US),
+								sdp_timestamp_text(END_TIMESTAMP - SDP_EVENT_TIME_MARGIN_US - 1)));
+			continue;
+		}
 		/* the latest window containing t, then back by the slide while they still contain it */
 		first = floor_div(t + UNIX_EPOCH_US, d->slide_us) * d->slide_us - UNIX_EPOCH_US;
 		for (int64 start = first; start > t - d->size_us; start -= d->slide_us)
@@ -682,16 +711,10 @@ window_agg_handle_rows(SdpOperatorContext *ctx, SdpKeyState *ks, HeapTuple *rows
 
 			if (close_at <= ctx->watermark)
 			{
-				bool		pnull,
-							onull;
-				Datum		p = heap_getattr(rows[i], F_PART + 1, ctx->input_desc, &pnull);
-				Datum		o = heap_getattr(rows[i], F_OFF + 1, ctx->input_desc, &onull);
-
-				if (!pnull && !onull)
-					sdp_reject(ctx, DatumGetInt32(p), DatumGetInt64(o),
-							   psprintf("event at %s is later than the watermark %s: window [%s, %s) of aggregation %s is final",
-										timestamptz_to_str(t), timestamptz_to_str(ctx->watermark),
-										timestamptz_to_str(start), timestamptz_to_str(start + d->size_us), d->name));
+				reject_row(ctx, rows[i],
+						   psprintf("event at %s is later than the watermark %s: window [%s, %s) of aggregation %s is final",
+									sdp_timestamp_text(t), sdp_timestamp_text(ctx->watermark),
+									sdp_timestamp_text(start), sdp_timestamp_text(start + d->size_us), d->name));
 				continue;
 			}
 			snprintf(member, sizeof(member), INT64_FORMAT, start);
@@ -778,6 +801,17 @@ window_agg_maintain(SdpOperatorContext *ctx)
 		elog(ERROR, "retention of %s failed", ctx->target_relname);
 }
 
+/* A double as JSON: a number, or "NaN" / "Infinity" / "-Infinity" as strings (as PostgreSQL's to_json does). */
+static char *
+json_double(double v)
+{
+	if (isnan(v))
+		return "\"NaN\"";
+	if (isinf(v))
+		return v > 0 ? "\"Infinity\"" : "\"-Infinity\"";
+	return psprintf("%.17g", v);
+}
+
 static char *
 window_agg_describe_map_value(const void *value)
 {
@@ -787,7 +821,7 @@ window_agg_describe_map_value(const void *value)
 	return psprintf("{\"row_count\": " INT64_FORMAT ", \"value_count\": " INT64_FORMAT
 					", \"num_count\": " INT64_FORMAT ", \"sum\": %s}",
 					a.row_count, a.value_count, a.num_count,
-					(a.flags & ACC_INEXACT) ? psprintf("%.17g", a.fsum + a.fcomp) : decimal_text(acc_sum(&a), a.scale));
+					(a.flags & ACC_INEXACT) ? json_double(a.fsum + a.fcomp) : decimal_text(acc_sum(&a), a.scale));
 }
 
 const SdpOperator sdp_window_agg_operator = {

@@ -51,8 +51,16 @@ SELECT (SELECT count(*) FROM sdp.dead_letters WHERE flow = 'payments_agg' AND st
           AND d.kafka_partition = p.kafka_partition AND d.kafka_offset = p.kafka_offset
         WHERE p.late)
 SQL
-like(SdpTest::query($node, "SELECT error FROM sdp.dead_letters WHERE flow = 'payments_agg' AND stage = 'late' LIMIT 1"),
-	qr/is later than the watermark .* is final/, 'with the reason');
+is(SdpTest::query($node, <<'SQL'), '150|150', 'each with its reason: its event time, the watermark past the window, the window that holds it');
+SELECT count(*), count(*) FILTER (WHERE m[1]::timestamptz = event_ts AND m[3]::timestamptz <= event_ts
+                                    AND event_ts < m[4]::timestamptz AND m[2]::timestamptz >= m[4]::timestamptz
+                                    AND m[5] IN (SELECT name FROM sdp.aggregations WHERE flow = 'payments_agg'))
+  FROM (SELECT p.event_ts, regexp_match(d.error, '^event at (.+) is later than the watermark (.+): window \[(.+), (.+)\) of aggregation (\S+) is final$') m
+          FROM payments_all p JOIN sdp.dead_letters d
+            ON d.flow = 'payments_agg' AND d.stage = 'late'
+           AND d.kafka_partition = p.kafka_partition AND d.kafka_offset = p.kafka_offset
+         WHERE p.late) s
+SQL
 # retention deletes windows older than the configured age
 ok(SdpTest::wait_for($node,
 		"SELECT rows_written > 100 FROM sdp.flow_status WHERE flow = 'payments_retained'", 60),

@@ -1,0 +1,79 @@
+# window_agg at the edges: event times no window can hold (infinite, at the
+# ends of the timestamp range) are dead-lettered at decode and never move the
+# watermark; NaN amounts make NaN values without breaking sdp_flow_state; and
+# windows too long, allowances too long or slides too short are refused.
+use strict;
+use warnings FATAL => 'all';
+use lib 'test/perl';
+use SdpKafka;
+use SdpTest;
+use Test::More;
+
+my $broker = SdpKafka::start_broker(topics => { 'edges' => 1 });
+my $node = SdpTest::new_node('edges', timezone => "'UTC'");    # the reasons print times in the server's zone
+SdpTest::create_source($node, 'edges', $broker, 'edges');
+SdpTest::query($node, <<'SQL');
+SELECT sdp_create_window_table('edge_windows');
+SELECT sdp_create_flow('edges', source => 'edges', target => 'edge_windows',
+  schema   => 'merchant_id text, amount numeric, event_ts timestamptz',
+  operator => 'window_agg',
+  options  => '{"event_time": "event_ts", "idle_timeout": "1 hour"}');
+SELECT sdp_load_aggregations('edges', $$[
+  {"name": "n", "group_by": ["merchant_id"], "operation": "count", "window_size": "1 minute", "allowance": "1 second"},
+  {"name": "vol", "group_by": ["merchant_id"], "operation": "sum", "value": "amount", "window_size": "1 minute", "allowance": "1 second"}]$$);
+SQL
+
+# declarations past the bounds
+for my $case (
+	[ "window_size => '101 years'", 'window_size must be at most 100 years' ],
+	[ "window_size => '178000000 years'", 'window_size must be at most 100 years' ],
+	[ "window_size => '1 day', allowance => '101 years'", 'allowance must be at most 100 years' ],
+	[ "window_size => '1 day', slide => '1 second'", 'slide puts each event in 86400 windows, more than 1000' ])
+{
+	my ($ret, $out, $err) = $node->psql('postgres',
+		"SELECT sdp_create_aggregation('edges', 'bad', group_by => ARRAY['merchant_id'], operation => 'count', $case->[0])");
+	like($err, qr/ERROR:  \Q$case->[1]\E/, "refused: $case->[0]");
+}
+is(SdpTest::query($node, "SELECT count(*) FROM sdp.aggregations WHERE flow = 'edges'"), '2', 'nothing declared by them');
+
+my @msgs = (
+	'{"merchant_id": "m1", "amount": 1, "event_ts": "2026-01-01T00:00:10Z"}',
+	'{"merchant_id": "m1", "amount": 1, "event_ts": "infinity"}',
+	'{"merchant_id": "m1", "amount": 1, "event_ts": "-infinity"}',
+	'{"merchant_id": "m1", "amount": 1, "event_ts": "294276-12-31T00:00:00Z"}',
+	'{"merchant_id": "m1", "amount": 1, "event_ts": "4713-01-01T00:00:00Z BC"}',
+	'{"merchant_id": "m1", "amount": 2.5, "event_ts": "2026-01-01T00:00:20Z"}',
+	'{"merchant_id": "m2", "amount": "NaN", "event_ts": "2026-01-01T00:00:30Z"}',
+	'{"merchant_id": "m4", "amount": "Infinity", "event_ts": "2026-01-01T00:00:30Z"}',
+	'{"merchant_id": "m4", "amount": 5, "event_ts": "2026-01-01T00:00:30Z"}',
+);
+SdpKafka::kcat_produce(bootstrap => $broker->bootstrap, topic => 'edges',
+	messages => [ map { [ "k$_", $msgs[$_], 0 ] } 0 .. $#msgs ]);
+ok(SdpTest::wait_consumed($node, 'edges', scalar @msgs), 'all consumed');
+
+is(SdpTest::query($node, "SELECT kafka_offset || ' ' || stage || ' ' || sqlstate || ' ' || error FROM sdp.dead_letters WHERE flow = 'edges' ORDER BY kafka_offset"),
+	join("\n", map { "$_->[0] decode 22008 field \"event_ts\": event time $_->[1] is outside the range windows and watermarks can hold "
+		  . '(4514-10-07 00:00:00+00 BC to 294077-02-17 23:59:59.999999+00)' }
+		[ 1, 'infinity' ], [ 2, '-infinity' ], [ 3, '294276-12-31 00:00:00+00' ], [ 4, '4713-01-01 00:00:00+00 BC' ]),
+	'event times no window can hold are dead-lettered with the reason');
+is(SdpTest::query($node, "SET TimeZone = 'UTC'; SELECT watermark FROM sdp.flow_status WHERE flow = 'edges'"),
+	'2026-01-01 00:00:30+00', 'the watermark is the highest usable event time');
+is(SdpTest::query($node, "SELECT jsonb_path_query_first(value, '\$.*.sum') FROM sdp_flow_state('edges') WHERE key = 'vol:m2' AND state = 'windows'"),
+	'"NaN"', 'sdp_flow_state shows a NaN sum as the JSON string "NaN"');
+
+# a later event closes the minute
+SdpKafka::kcat_produce(bootstrap => $broker->bootstrap, topic => 'edges',
+	messages => [ [ 'k7', '{"merchant_id": "m3", "amount": 1, "event_ts": "2026-01-01T00:05:00Z"}', 0 ] ]);
+ok(SdpTest::wait_for($node, 'SELECT count(*) = 6 FROM edge_windows', 60), 'the first minute is finalized');
+is(SdpTest::query($node, "SET TimeZone = 'UTC'; SELECT string_agg(definition || ' ' || entity || ' ' || window_start || ' ' || value || ' ' || row_count, E'\\n' ORDER BY definition, entity) FROM edge_windows"),
+	join("\n",
+		'n m1 2026-01-01 00:00:00+00 2 2',
+		'n m2 2026-01-01 00:00:00+00 1 1',
+		'n m4 2026-01-01 00:00:00+00 2 2',
+		'vol m1 2026-01-01 00:00:00+00 3.5 2',
+		'vol m2 2026-01-01 00:00:00+00 NaN 1',
+		'vol m4 2026-01-01 00:00:00+00 Infinity 2'),
+	'windows hold only the usable events; a NaN amount makes a NaN sum, an infinite one an infinite sum');
+is(SdpTest::query($node, "SELECT state || ' ' || restarts FROM sdp.flow_status WHERE flow = 'edges'"), 'running 0', 'the flow runs on');
+
+done_testing();
