@@ -82,6 +82,7 @@ SELECT pg_temp.refused($$SELECT sdp_create_aggregation('payments_agg', 'x', ARRA
 SELECT pg_temp.refused($$SELECT sdp_create_aggregation('payments_agg', 'x', ARRAY['merchant_id'], 'count', denominator_filter => 'true', window_size => '1 minute')$$);
 SELECT pg_temp.refused($$SELECT sdp_create_aggregation('payments_agg', 'payments_1m', ARRAY['merchant_id'], 'count', window_size => '1 minute')$$);
 SELECT pg_temp.refused($$SELECT sdp_load_aggregations('payments_agg', '{"name": "x"}')$$);
+SELECT pg_temp.refused($$SELECT sdp_load_aggregations('no_such_flow', '[]')$$);
 SELECT pg_temp.refused($$SELECT sdp_load_aggregations('payments_agg', '[{"name": "x", "operation": "count", "window_size": "1 minute", "colour": "red"}]')$$);
 SELECT pg_temp.refused($$SELECT sdp_load_aggregations('payments_agg', '[{"name": "ok1", "operation": "count", "group_by": [], "window_size": "1 minute"}, {"name": "bad", "operation": "count", "window_size": "0"}]')$$);
 SELECT pg_temp.refused($$SELECT sdp_drop_aggregation('payments_agg', 'nope')$$);

@@ -491,6 +491,11 @@ sdp_load_aggregations(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("aggregations must be a JSON array of objects")));
 	SPI_connect();
+	{
+		AggFlow		f;
+
+		read_flow(flow, &f);	/* it exists, uses window_agg, and is ours: even for an empty list */
+	}
 	it = JsonbIteratorInit(&defs->root);
 	while ((tok = JsonbIteratorNext(&it, &v, true)) != WJB_DONE)
 	{
@@ -545,8 +550,15 @@ sdp_load_aggregations(PG_FUNCTION_ARGS)
 							 errmsg("aggregation %d: \"group_by\" must be an array of column names", n + 1)));
 				git = JsonbIteratorInit(kv.val.binary.data);
 				while ((gtok = JsonbIteratorNext(&git, &gvv, true)) != WJB_DONE)
-					if (gtok == WJB_ELEM && ng < 64)
-						gd[ng++] = CStringGetTextDatum(json_text(&gvv, "group_by", n));
+				{
+					if (gtok != WJB_ELEM)
+						continue;
+					if (ng == 64)
+						ereport(ERROR,
+								(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+								 errmsg("aggregation %d: \"group_by\" has more than 64 columns", n + 1)));
+					gd[ng++] = CStringGetTextDatum(json_text(&gvv, "group_by", n));
+				}
 				a.group_by = construct_array(gd, ng, TEXTOID, -1, false, TYPALIGN_INT);
 			}
 			else

@@ -149,10 +149,26 @@ append_percentiles(StringInfo buf, const char *name, const SdpPercentiles *p)
 					 name, p->p0, p->p50, p->p90, p->p95, p->p99, p->samples);
 }
 
+/* Whether sdp.flows has a flow of that name. */
+static bool
+flow_declared(const char *name)
+{
+	Oid			argtypes[1] = {TEXTOID};
+	Datum		args[1] = {CStringGetTextDatum(name)};
+	bool		found;
+
+	SPI_connect();
+	found = SPI_execute_with_args("SELECT 1 FROM sdp.flows WHERE name = $1", 1, argtypes, args, NULL, true, 1) == SPI_OK_SELECT &&
+		SPI_processed == 1;
+	SPI_finish();
+	return found;
+}
+
 /*
  * sdp_flow_progress(flow) -> jsonb: the latest progress report, shaped like
  * Spark's StreamingQueryProgress with Real-Time Mode latencies; NULL until
- * the running flow has completed its first reporting interval.
+ * the running flow has completed its first reporting interval (or while it
+ * is stopped); an error for a flow that is not declared.
  */
 Datum
 sdp_flow_progress(PG_FUNCTION_ARGS)
@@ -169,6 +185,10 @@ sdp_flow_progress(PG_FUNCTION_ARGS)
 	if (s >= 0)
 		sdp_slot_copy(s, copy);
 	LWLockRelease(SdpShmem->lock);
+	if (s < 0 && !flow_declared(name))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("flow \"%s\" does not exist", name)));
 	if (s < 0 || p->report_id == 0)
 		PG_RETURN_NULL();
 
@@ -258,10 +278,14 @@ sdp_flow_state(PG_FUNCTION_ARGS)
 		if (opname)
 			op = sdp_find_operator(opname);
 	}
+	else
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("flow \"%s\" does not exist", name)));
 	SPI_finish();
 	MemoryContextSwitchTo(cxt);
 	if (op == NULL)
-		return (Datum) 0;
+		return (Datum) 0;		/* a stateless flow has no state */
 
 	LWLockAcquire(SdpShmem->lock, LW_SHARED);
 	s = sdp_slot_find(name);
