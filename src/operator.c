@@ -299,6 +299,36 @@ sdp_operator_bind(SdpOperatorContext *ctx, TupleDesc input, TupleDesc output)
 	MemoryContextSwitchTo(old);
 }
 
+/*
+ * Rows the operator could not take raise a data error here, before the
+ * operator changes any state, so that the worker isolates their messages
+ * into the dead letters instead of failing in the middle of a step.
+ */
+void
+sdp_operator_check_rows(SdpOperatorContext *ctx, HeapTuple *rows, int n)
+{
+	for (int i = 0; i < n; i++)
+	{
+		bool		isnull;
+		Datum		d = heap_getattr(rows[i], ctx->key_index + 1, ctx->input_desc, &isnull);
+
+		if (!isnull)
+		{
+			char	   *text = OutputFunctionCall(&ctx->key_out, d);
+
+			if (strlen(text) >= SDP_STATE_KEY_MAX)
+				ereport(ERROR,
+						(errcode(ERRCODE_STRING_DATA_RIGHT_TRUNCATION),
+						 errmsg("key \"%.40s...\" is longer than %d bytes", text, SDP_STATE_KEY_MAX - 1),
+						 errhint("Operator state keys (the \"key\" option's column) are at most %d bytes.",
+								 SDP_STATE_KEY_MAX - 1)));
+			pfree(text);
+		}
+		if (ctx->op->check_row)
+			ctx->op->check_row(ctx, rows[i]);
+	}
+}
+
 void
 sdp_reject(SdpOperatorContext *ctx, int32 partition, int64 offset, const char *reason)
 {

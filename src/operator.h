@@ -132,6 +132,12 @@ struct SdpOperator
 	char	   *(*describe_map_value) (const void *value);
 
 	/* optional */
+	/*
+	 * check_row raises a data error (class 22) for a row the operator cannot
+	 * take (e.g. a member too long for the map), before any state changes:
+	 * its message goes to the dead letters at stage 'transform'.
+	 */
+	void		(*check_row) (SdpOperatorContext *ctx, HeapTuple row);
 	char	   *(*build_transform) (SdpOperatorContext *ctx, const char *user_transform, TupleDesc rows);
 	void		(*reload) (SdpOperatorContext *ctx);
 	void		(*maintain) (SdpOperatorContext *ctx);
@@ -140,6 +146,9 @@ struct SdpOperator
 /* registry (operator.c) */
 extern const SdpOperator *sdp_find_operator(const char *name);
 extern const char *sdp_operator_names(void);
+
+/* the worker, after the transform: keys that fit, and the operator's check_row */
+extern void sdp_operator_check_rows(SdpOperatorContext *ctx, HeapTuple *rows, int n);
 
 /* what operators call */
 extern void sdp_emit(SdpOperatorContext *ctx, Datum *values, bool *nulls);

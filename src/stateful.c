@@ -566,6 +566,7 @@ transform_step(void *arg)
 	TransformStep *t = arg;
 
 	t->nres = sdp_transform_run(&t->w->transform, t->b->rows + t->lo, t->hi - t->lo, &t->res);
+	sdp_operator_check_rows(t->w->opctx, t->res, t->nres);
 }
 
 static bool
@@ -736,7 +737,10 @@ stateful_attempt(FlowWorker *w, Batch *b, bool isolate, int64 *new_next, char **
 		else
 		{
 			if (!isolate)
+			{
 				nrows = sdp_transform_run(&w->transform, b->rows, b->nrows, &rows);
+				sdp_operator_check_rows(w->opctx, rows, nrows);
+			}
 			else
 			{
 				rows = palloc(sizeof(HeapTuple));

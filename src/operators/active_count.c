@@ -348,6 +348,27 @@ active_count_describe_map_value(const void *value)
 	return psprintf("\"%s\"", timestamptz_to_str(seen));
 }
 
+/* A member must fit the map (a row that cannot is dead-lettered before the step). */
+static void
+active_count_check_row(SdpOperatorContext *ctx, HeapTuple row)
+{
+	ActiveCountConfig *cfg = ctx->config;
+	bool		isnull;
+	Datum		d = heap_getattr(row, cfg->member_index + 1, ctx->input_desc, &isnull);
+	char	   *text;
+
+	if (isnull)
+		return;
+	text = OutputFunctionCall(&cfg->member_out, d);
+	if (strlen(text) >= SDP_STATE_MEMBER_MAX)
+		ereport(ERROR,
+				(errcode(ERRCODE_STRING_DATA_RIGHT_TRUNCATION),
+				 errmsg("member \"%.40s...\" is longer than %d bytes", text, SDP_STATE_MEMBER_MAX - 1),
+				 errhint("Members of active_count (the \"member\" option's column) are at most %d bytes.",
+						 SDP_STATE_MEMBER_MAX - 1)));
+	pfree(text);
+}
+
 const SdpOperator sdp_active_count_operator = {
 	.name = "active_count",
 	.map_value_len = sizeof(int64),
@@ -359,4 +380,5 @@ const SdpOperator sdp_active_count_operator = {
 	.handle_expired_timer = active_count_handle_expired_timer,
 	.describe_value = active_count_describe_value,
 	.describe_map_value = active_count_describe_map_value,
+	.check_row = active_count_check_row,
 };
