@@ -1,7 +1,9 @@
 # window_agg at the edges: event times no window can hold (infinite, at the
 # ends of the timestamp range) are dead-lettered at decode and never move the
-# watermark; NaN amounts make NaN values without breaking sdp_flow_state; and
-# windows too long, allowances too long or slides too short are refused.
+# watermark; NaN amounts make NaN values without breaking sdp_flow_state;
+# windows too long, allowances too long or slides too short are refused; and
+# a long allowance keeps many windows of one key open at once (one close
+# timer per key, however many windows).
 use strict;
 use warnings FATAL => 'all';
 use lib 'test/perl';
@@ -9,7 +11,7 @@ use SdpKafka;
 use SdpTest;
 use Test::More;
 
-my $broker = SdpKafka::start_broker(topics => { 'edges' => 1 });
+my $broker = SdpKafka::start_broker(topics => { 'edges' => 1, 'many' => 1 });
 my $node = SdpTest::new_node('edges', timezone => "'UTC'");    # the reasons print times in the server's zone
 SdpTest::create_source($node, 'edges', $broker, 'edges');
 SdpTest::query($node, <<'SQL');
@@ -75,5 +77,31 @@ is(SdpTest::query($node, "SET TimeZone = 'UTC'; SELECT string_agg(definition || 
 		'vol m4 2026-01-01 00:00:00+00 Infinity 2'),
 	'windows hold only the usable events; a NaN amount makes a NaN sum, an infinite one an infinite sum');
 is(SdpTest::query($node, "SELECT state || ' ' || restarts FROM sdp.flow_status WHERE flow = 'edges'"), 'running 0', 'the flow runs on');
+
+# 30 one-minute windows of one merchant open at once (a one-hour allowance)
+SdpTest::create_source($node, 'many', $broker, 'many');
+SdpTest::query($node, <<'SQL');
+SELECT sdp_create_window_table('many_windows');
+SELECT sdp_create_flow('many', source => 'many', target => 'many_windows',
+  schema   => 'merchant_id text, event_ts timestamptz',
+  operator => 'window_agg',
+  options  => '{"event_time": "event_ts", "idle_timeout": "1 hour"}');
+SELECT sdp_create_aggregation('many', 'n', group_by => ARRAY['merchant_id'], operation => 'count',
+  window_size => '1 minute', allowance => '1 hour');
+SQL
+SdpKafka::kcat_produce(bootstrap => $broker->bootstrap, topic => 'many',
+	messages => [ map { [ "m$_", sprintf('{"merchant_id": "m1", "event_ts": "2026-01-01T00:%02d:10Z"}', $_), 0 ] } 0 .. 29 ]);
+ok(SdpTest::wait_consumed($node, 'many', 30), '30 events consumed');
+is(SdpTest::query($node, "SELECT jsonb_array_length(value) FROM sdp_flow_state('many') WHERE key = 'n:m1' AND state = 'timers'"),
+	'1', '30 windows open, one pending timer for the key');
+SdpKafka::kcat_produce(bootstrap => $broker->bootstrap, topic => 'many',
+	messages => [ [ 'm2', '{"merchant_id": "m2", "event_ts": "2026-01-01T01:45:00Z"}', 0 ] ]);
+ok(SdpTest::wait_for($node, 'SELECT count(*) = 30 FROM many_windows', 60), 'the watermark passing them closes all 30');
+is(SdpTest::query($node, "SET TimeZone = 'UTC'; SELECT count(DISTINCT window_start) || ' ' || min(window_start) || ' ' || max(window_start) || ' ' || sum(row_count) "
+	  . "FROM many_windows WHERE entity = 'm1'"),
+	'30 2026-01-01 00:00:00+00 2026-01-01 00:29:00+00 30', 'one row per minute, each with its event');
+is(SdpTest::query($node, "SELECT count(*) FROM sdp_flow_state('many') WHERE key = 'n:m1'"), '0', 'nothing left of the key');
+is(SdpTest::query($node, "SELECT state || ' ' || restarts || ' ' || rows_dead_lettered FROM sdp.flow_status WHERE flow = 'many'"),
+	'running 0 0', 'the flow runs on');
 
 done_testing();
