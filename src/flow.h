@@ -36,6 +36,7 @@ typedef struct SdpFlowOptions
 	int			checkpoint_interval_ms;
 	char	   *synchronous_commit;
 	int			max_batch_rows;
+	int			max_batch_kb;	/* a batch stops growing past this many kB of messages */
 	int			max_batch_wait_ms;
 	int			progress_interval_ms;
 	int			state_memory_limit_kb;

@@ -156,6 +156,7 @@ sdp_parse_flow_options(Jsonb *options, SdpFlowOptions *opts)
 	opts->checkpoint_interval_ms = 10000;
 	opts->synchronous_commit = "off";
 	opts->max_batch_rows = sdp_default_max_batch_rows;
+	opts->max_batch_kb = 64 * 1024;
 	opts->max_batch_wait_ms = 0;
 	opts->progress_interval_ms = 10000;
 	opts->state_memory_limit_kb = sdp_default_state_memory_limit_kb;
@@ -239,6 +240,8 @@ sdp_parse_flow_options(Jsonb *options, SdpFlowOptions *opts)
 		}
 		else if (strcmp(key, "max_batch_rows") == 0)
 			opts->max_batch_rows = int_option(key, jsonb_scalar_text(key, &v), 1, 1000000);
+		else if (strcmp(key, "max_batch_bytes") == 0)
+			opts->max_batch_kb = memory_option_kb(key, jsonb_scalar_text(key, &v));
 		else if (strcmp(key, "synchronous_commit") == 0)
 		{
 			const char *valid[] = {"off", "local", "remote_write", "remote_apply", "on"};

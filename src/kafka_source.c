@@ -308,7 +308,7 @@ kafka_source_assign(KafkaSource *ks, int n, const int32 *partitions, const int64
  * Consumer errors are recorded (kafka_source_take_error), not returned.
  */
 int
-kafka_source_poll(KafkaSource *ks, rd_kafka_message_t **msgs, int max)
+kafka_source_poll(KafkaSource *ks, rd_kafka_message_t **msgs, int max, size_t *bytes, size_t max_bytes)
 {
 	char		drain[64];
 	int			n = 0;
@@ -317,7 +317,7 @@ kafka_source_poll(KafkaSource *ks, rd_kafka_message_t **msgs, int max)
 	while (read(ks->pipefd[0], drain, sizeof(drain)) > 0)
 		;
 
-	while (n < max)
+	while (n < max && *bytes < max_bytes)
 	{
 		rd_kafka_message_t *m = rd_kafka_consumer_poll(ks->rk, 0);
 
@@ -335,6 +335,7 @@ kafka_source_poll(KafkaSource *ks, rd_kafka_message_t **msgs, int max)
 			continue;
 		}
 		ks->broker_down = false;
+		*bytes += m->len + m->key_len;
 		msgs[n++] = m;
 	}
 	return n;

@@ -673,6 +673,8 @@ worker_loop(FlowWorker *w)
 	{
 		Batch		batch;
 		int			n;
+		size_t		bytes;
+		size_t		max_bytes = (size_t) w->opts.max_batch_kb * 1024;
 
 		CHECK_FOR_INTERRUPTS();
 		if (ConfigReloadPending)
@@ -683,13 +685,14 @@ worker_loop(FlowWorker *w)
 		if (w->op)
 			sdp_stateful_reload_if_changed(w);
 
-		n = kafka_source_poll(w->kafka, w->poll_buf, w->opts.max_batch_rows);
-		if (n > 0 && n < w->opts.max_batch_rows && w->opts.max_batch_wait_ms > 0)
+		bytes = 0;
+		n = kafka_source_poll(w->kafka, w->poll_buf, w->opts.max_batch_rows, &bytes, max_bytes);
+		if (n > 0 && n < w->opts.max_batch_rows && bytes < max_bytes && w->opts.max_batch_wait_ms > 0)
 		{
 			/* linger for more, up to max_batch_wait */
 			TimestampTz until = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), w->opts.max_batch_wait_ms);
 
-			while (n < w->opts.max_batch_rows)
+			while (n < w->opts.max_batch_rows && bytes < max_bytes)
 			{
 				WaitEvent	event;
 				long		left = ms_until(GetCurrentTimestamp(), until);
@@ -700,7 +703,7 @@ worker_loop(FlowWorker *w)
 					(event.events & WL_LATCH_SET))
 					ResetLatch(MyLatch);
 				CHECK_FOR_INTERRUPTS();
-				n += kafka_source_poll(w->kafka, w->poll_buf + n, w->opts.max_batch_rows - n);
+				n += kafka_source_poll(w->kafka, w->poll_buf + n, w->opts.max_batch_rows - n, &bytes, max_bytes);
 			}
 		}
 
