@@ -147,9 +147,16 @@ append_entity(StringInfo sql, AggDefinition *d)
 		appendStringInfoString(sql, "''::text");	/* one entity: the whole stream */
 		return;
 	}
+	if (d->ngroup == 1)
+	{
+		appendStringInfo(sql, "coalesce((r.%s)::text, '')", quote_identifier(d->group_by[0]));
+		return;
+	}
+	/* joined by '|': a '|' or '\' inside a value is escaped with '\', so two groups never share an entity */
 	appendStringInfoString(sql, "concat_ws('|'");
 	for (int g = 0; g < d->ngroup; g++)
-		appendStringInfo(sql, ", coalesce((r.%s)::text, '')", quote_identifier(d->group_by[g]));
+		appendStringInfo(sql, ", replace(replace(coalesce((r.%s)::text, ''), chr(92), chr(92) || chr(92)), '|', chr(92) || '|')",
+						 quote_identifier(d->group_by[g]));
 	appendStringInfoChar(sql, ')');
 }
 

@@ -3,7 +3,8 @@
 # watermark; NaN amounts make NaN values without breaking sdp_flow_state;
 # windows too long, allowances too long or slides too short are refused; and
 # a long allowance keeps many windows of one key open at once (one close
-# timer per key, however many windows).
+# timer per key, however many windows); and group-by values containing the
+# '|' that joins them stay apart.
 use strict;
 use warnings FATAL => 'all';
 use lib 'test/perl';
@@ -11,7 +12,7 @@ use SdpKafka;
 use SdpTest;
 use Test::More;
 
-my $broker = SdpKafka::start_broker(topics => { 'edges' => 1, 'many' => 1 });
+my $broker = SdpKafka::start_broker(topics => { 'edges' => 1, 'many' => 1, 'pairs' => 1 });
 my $node = SdpTest::new_node('edges', timezone => "'UTC'");    # the reasons print times in the server's zone
 SdpTest::create_source($node, 'edges', $broker, 'edges');
 SdpTest::query($node, <<'SQL');
@@ -103,5 +104,28 @@ is(SdpTest::query($node, "SET TimeZone = 'UTC'; SELECT count(DISTINCT window_sta
 is(SdpTest::query($node, "SELECT count(*) FROM sdp_flow_state('many') WHERE key = 'n:m1'"), '0', 'nothing left of the key');
 is(SdpTest::query($node, "SELECT state || ' ' || restarts || ' ' || rows_dead_lettered FROM sdp.flow_status WHERE flow = 'many'"),
 	'running 0 0', 'the flow runs on');
+
+# ('x|y', 'z') and ('x', 'y|z') are two groups: '|' and '\' inside a value are escaped in the entity
+SdpTest::create_source($node, 'pairs', $broker, 'pairs');
+SdpTest::query($node, <<'SQL');
+SELECT sdp_create_window_table('pair_windows');
+SELECT sdp_create_flow('pairs', source => 'pairs', target => 'pair_windows',
+  schema   => 'a text, b text, event_ts timestamptz',
+  operator => 'window_agg',
+  options  => '{"event_time": "event_ts", "idle_timeout": "1 hour"}');
+SELECT sdp_create_aggregation('pairs', 'ab', group_by => ARRAY['a', 'b'], operation => 'count', window_size => '1 minute');
+SELECT sdp_create_aggregation('pairs', 'a', group_by => ARRAY['a'], operation => 'count', window_size => '1 minute');
+SQL
+SdpKafka::kcat_produce(bootstrap => $broker->bootstrap, topic => 'pairs',
+	messages => [
+		[ 'p1', '{"a": "x|y", "b": "z", "event_ts": "2026-01-01T00:00:01Z"}', 0 ],
+		[ 'p2', '{"a": "x", "b": "y|z", "event_ts": "2026-01-01T00:00:02Z"}', 0 ],
+		[ 'p3', '{"a": "x\\\\", "b": "|z", "event_ts": "2026-01-01T00:00:03Z"}', 0 ],
+		[ 'p4', '{"a": "x", "b": null, "event_ts": "2026-01-01T00:00:04Z"}', 0 ],
+		[ 'p5', '{"a": "later", "b": "", "event_ts": "2026-01-01T00:05:00Z"}', 0 ] ]);
+ok(SdpTest::wait_for($node, 'SELECT count(*) = 7 FROM pair_windows', 60), 'the first minute is finalized');
+is(SdpTest::query($node, "SELECT string_agg(definition || ' ' || entity || ' ' || row_count, E'\n' ORDER BY definition COLLATE \"C\", entity COLLATE \"C\") FROM pair_windows"),
+	join("\n", 'a x 2', 'a x\\ 1', 'a x|y 1', 'ab x\\\\|\|z 1', 'ab x\|y|z 1', 'ab x| 1', 'ab x|y\|z 1'),
+	'one entity per group: values joined by |, with | and \\ inside them escaped (a single group-by column as it is)');
 
 done_testing();
