@@ -44,6 +44,8 @@ struct KafkaSource
 	bool		broker_down;
 	char		error[SDP_ERROR_LEN];
 	int			nlogs;
+	int			nresets;		/* offsets reset since last taken: messages the broker no longer had */
+	char		reset_line[256];
 	int			log_level[KAFKA_LOG_RING];
 	char		log_line[KAFKA_LOG_RING][256];
 };
@@ -135,7 +137,23 @@ on_kafka_log(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
 	KafkaSource *ks = rd_kafka_opaque(rk);
 	int			i;
 
-	if (ks == NULL || level > 4)	/* keep warnings and worse */
+	if (ks == NULL)
+		return;
+	/*
+	 * "topic [p]: offset reset (at offset N, broker B) to ... offset M: ...":
+	 * the offset to read was no longer on the broker (retention deleted it)
+	 * and auto.offset.reset moved on; messages N..M-1 are lost to the flow.
+	 */
+	if (strcmp(fac, "OFFSET") == 0 && strstr(buf, "offset reset") != NULL)
+	{
+		const char *text = buf;
+
+		if (strncmp(text, "[thrd:", 6) == 0 && strstr(text, "]: ") != NULL)
+			text = strstr(text, "]: ") + 3;	/* drop librdkafka's thread name */
+		strlcpy(ks->reset_line, text, sizeof(ks->reset_line));
+		ks->nresets++;
+	}
+	if (level > 4)				/* keep warnings and worse */
 		return;
 	i = ks->nlogs % KAFKA_LOG_RING;
 	ks->log_level[i] = level;
@@ -385,6 +403,18 @@ bool
 kafka_source_is_down(KafkaSource *ks)
 {
 	return ks->broker_down;
+}
+
+/* The last offset reset since the previous call (and how many), for the flow's status. */
+int
+kafka_source_take_reset(KafkaSource *ks, char *buf, size_t len)
+{
+	int			n = ks->nresets;
+
+	if (n > 0)
+		strlcpy(buf, ks->reset_line, len);
+	ks->nresets = 0;
+	return n;
 }
 
 /* Report the librdkafka warnings recorded by the log callback, from the main thread. */

@@ -21,6 +21,7 @@ extern bool kafka_source_query_watermarks(KafkaSource *ks, int32 partition,
 										  char **error);
 extern void kafka_source_assign(KafkaSource *ks, int n, const int32 *partitions,
 								const int64 *offsets);
+extern int	kafka_source_take_reset(KafkaSource *ks, char *buf, size_t len);
 extern int	kafka_source_poll(KafkaSource *ks, rd_kafka_message_t **msgs, int max,
 							  size_t *bytes, size_t max_bytes);
 extern int64 kafka_source_cached_high_watermark(KafkaSource *ks, int32 partition);

@@ -607,6 +607,15 @@ periodic_work(FlowWorker *w, TimestampTz now)
 	else if (!down)
 		set_broker_state(w, true, NULL);
 
+	/* the broker had deleted messages the flow had not read: say so, loudly */
+	if (kafka_source_take_reset(w->kafka, error, sizeof(error)) > 0)
+	{
+		char	   *msg = psprintf("messages the flow had not read are no longer on the broker (retention): %s", error);
+
+		ereport(LOG, (errmsg("sdp flow \"%s\": %s", w->args.name, msg)));
+		sdp_worker_set_error(w, msg);
+	}
+
 	if (now >= w->next_watermarks)
 	{
 		SpinLockAcquire(&w->slot->mutex);
