@@ -290,6 +290,23 @@ decode_failure(char **error, int *sqlstate, char *message)
 	return false;
 }
 
+/*
+ * In a PG_CATCH: the error becomes the message's reason ("prefix: message"
+ * when there is a prefix) and is cleared; allocations go back to cxt.
+ */
+static void
+error_to_reason(MemoryContext cxt, const char *prefix, char **error, int *sqlstate)
+{
+	ErrorData  *edata;
+
+	MemoryContextSwitchTo(cxt);
+	edata = CopyErrorData();
+	FlushErrorState();
+	*error = prefix ? psprintf("%s: %s", prefix, edata->message) : pstrdup(edata->message);
+	*sqlstate = edata->sqlerrcode;
+	FreeErrorData(edata);
+}
+
 /* The UTF-8 payload in a server encoding other than UTF-8, or the reason it has no such form. */
 static bool
 to_server_encoding(const char *payload, size_t len, char **text, char **error, int *sqlstate)
@@ -303,14 +320,7 @@ to_server_encoding(const char *payload, size_t len, char **text, char **error, i
 	}
 	PG_CATCH();
 	{
-		ErrorData  *edata;
-
-		MemoryContextSwitchTo(cxt);
-		edata = CopyErrorData();
-		FlushErrorState();
-		*error = pstrdup(edata->message);
-		*sqlstate = edata->sqlerrcode;
-		FreeErrorData(edata);
+		error_to_reason(cxt, NULL, error, sqlstate);
 		ok = false;
 	}
 	PG_END_TRY();
@@ -372,14 +382,7 @@ sdp_decode_message(SdpInputSchema *schema, const char *payload, size_t len,
 	}
 	PG_CATCH();
 	{
-		ErrorData  *edata;
-
-		MemoryContextSwitchTo(cxt);
-		edata = CopyErrorData();
-		FlushErrorState();
-		*error = psprintf("invalid JSON: %s", edata->message);
-		*sqlstate = edata->sqlerrcode;
-		FreeErrorData(edata);
+		error_to_reason(cxt, "invalid JSON", error, sqlstate);
 		return false;
 	}
 	PG_END_TRY();
@@ -411,14 +414,8 @@ sdp_decode_message(SdpInputSchema *schema, const char *payload, size_t len,
 	}
 	PG_CATCH();
 	{
-		ErrorData  *edata;
-
 		MemoryContextSwitchTo(cxt);
-		edata = CopyErrorData();
-		FlushErrorState();
-		*error = psprintf("field \"%s\": %s", schema->columns[failed_column].name, edata->message);
-		*sqlstate = edata->sqlerrcode;
-		FreeErrorData(edata);
+		error_to_reason(cxt, psprintf("field \"%s\"", schema->columns[failed_column].name), error, sqlstate);
 		ok = false;
 	}
 	PG_END_TRY();
