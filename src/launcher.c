@@ -222,6 +222,18 @@ start_worker(int slotno, WantedFlow *f)
 	strlcpy(args.name, f->name, NAMEDATALEN);
 	memcpy(worker.bgw_extra, &args, sizeof(args));
 
+	/*
+	 * The slot says "starting" before the worker exists: a worker that comes
+	 * up at once sets "running" itself, and must not be overwritten.
+	 */
+	SpinLockAcquire(&slot->mutex);
+	slot->generation++;
+	slot->registered_at = now;
+	slot->exit_expected = false;
+	slot->state = SDP_FLOW_STARTING;
+	slot->exited_at = 0;
+	SpinLockRelease(&slot->mutex);
+
 	/* the handle outlives this transaction: keep it in TopMemoryContext */
 	oldcxt = MemoryContextSwitchTo(TopMemoryContext);
 	ok = RegisterDynamicBackgroundWorker(&worker, &handle);
@@ -229,25 +241,17 @@ start_worker(int slotno, WantedFlow *f)
 	if (slot_handles[slotno] != NULL)
 		pfree(slot_handles[slotno]);
 
-	SpinLockAcquire(&slot->mutex);
-	slot->generation++;
-	slot->registered_at = now;
-	slot->exit_expected = false;
-	if (ok)
-	{
-		slot->state = SDP_FLOW_STARTING;
-		slot->exited_at = 0;
-	}
-	else
+	if (!ok)
 	{
 		/* no free background worker slot: try again later, never in a tight loop */
+		SpinLockAcquire(&slot->mutex);
 		slot->state = SDP_FLOW_RESTARTING;
 		slot->next_start_at = TimestampTzPlusMilliseconds(now, SDP_RESTART_BACKOFF_MAX_MS / 4);
 		snprintf(slot->last_error, SDP_ERROR_LEN,
 				 "could not start a background worker: raise max_worker_processes");
 		slot->last_error_at = now;
+		SpinLockRelease(&slot->mutex);
 	}
-	SpinLockRelease(&slot->mutex);
 
 	slot_handles[slotno] = ok ? handle : NULL;
 	slot_flow_ids[slotno] = f->id;
