@@ -67,5 +67,16 @@ SELECT pg_temp.refused($$SELECT count(*) FROM sdp_flow_state('no_such_flow')$$);
 SELECT sdp_drop_flow('zone_congestion_flow');
 SELECT sdp_drop_flow('zone_history');
 SELECT sdp_drop_source('flights');
+-- the workers go away before the extension does (a worker still in a transaction could deadlock with DROP EXTENSION)
+DO $$
+BEGIN
+  FOR i IN 1..300 LOOP
+    PERFORM pg_stat_clear_snapshot();  -- pg_stat_activity is read once per transaction otherwise
+    PERFORM 1 FROM pg_stat_activity WHERE backend_type = 'sdp flow';
+    EXIT WHEN NOT FOUND;
+    PERFORM pg_sleep(0.1);
+  END LOOP;
+END $$;
+SELECT count(*) AS flow_workers FROM pg_stat_activity WHERE backend_type = 'sdp flow';
 DROP EXTENSION sdp_ext;
 DROP TABLE zones, zone_alerts, zone_log, zone_alerts_bad;

@@ -107,6 +107,17 @@ SELECT count(*) AS aggregations FROM sdp.aggregations;
 
 SELECT sdp_drop_flow('plain_flow');
 SELECT sdp_drop_source('payments');
+-- the workers go away before the extension does (a worker still in a transaction could deadlock with DROP EXTENSION)
+DO $$
+BEGIN
+  FOR i IN 1..300 LOOP
+    PERFORM pg_stat_clear_snapshot();  -- pg_stat_activity is read once per transaction otherwise
+    PERFORM 1 FROM pg_stat_activity WHERE backend_type = 'sdp flow';
+    EXIT WHEN NOT FOUND;
+    PERFORM pg_sleep(0.1);
+  END LOOP;
+END $$;
+SELECT count(*) AS flow_workers FROM pg_stat_activity WHERE backend_type = 'sdp flow';
 DROP EXTENSION sdp_ext;
 DROP TABLE payment_windows, not_windows, plain;
 DROP ROLE sdp_analyst;
