@@ -1147,6 +1147,21 @@ db_load_snapshot(DbConn *db)
 	return true;
 }
 
+/* Merge rows into a cache (by key) and push the rows that changed as one event. */
+static void
+publish_changes(json_t **cache, json_t *rows, const char *key, const char *event, double notified_at)
+{
+	json_t	   *changed;
+
+	pthread_mutex_lock(&hub.lock);
+	changed = cache_merge_locked(*cache, rows, key);
+	if (json_array_size(changed) > 0)
+		hub_broadcast_locked(event, json_pack("{s:o, s:f}", "rows", changed, "notified_at", notified_at));
+	else
+		json_decref(changed);
+	pthread_mutex_unlock(&hub.lock);
+}
+
 /* The positions written since the newest one seen: pushed if they changed. */
 static bool
 db_read_positions(DbConn *db, double notified_at)
@@ -1156,7 +1171,6 @@ db_read_positions(DbConn *db, double notified_at)
 	bool		lost;
 	PGresult   *res;
 	json_t	   *rows;
-	json_t	   *changed;
 	int64_t		max;
 
 	snprintf(cursor, sizeof(cursor), "%lld", (long long) db->positions_cursor_us);
@@ -1169,14 +1183,7 @@ db_read_positions(DbConn *db, double notified_at)
 		db->positions_cursor_us = max;
 	PQclear(res);
 
-	pthread_mutex_lock(&hub.lock);
-	changed = cache_merge_locked(hub.positions, rows, "icao24");
-	if (json_array_size(changed) > 0)
-		hub_broadcast_locked("positions",
-							 json_pack("{s:o, s:f}", "rows", changed, "notified_at", notified_at));
-	else
-		json_decref(changed);
-	pthread_mutex_unlock(&hub.lock);
+	publish_changes(&hub.positions, rows, "icao24", "positions", notified_at);
 	json_decref(rows);
 	return true;
 }
@@ -1187,16 +1194,8 @@ db_read_zone_alerts(DbConn *db, double notified_at)
 {
 	bool		lost;
 	json_t	   *rows = db_read_rows(db, Q_ZONE_ALERTS, ZONE_ALERTS_SQL, NULL, &lost);
-	json_t	   *changed;
 
-	pthread_mutex_lock(&hub.lock);
-	changed = cache_merge_locked(hub.zone_alerts, rows, "zone");
-	if (json_array_size(changed) > 0)
-		hub_broadcast_locked("zone_alerts",
-							 json_pack("{s:o, s:f}", "rows", changed, "notified_at", notified_at));
-	else
-		json_decref(changed);
-	pthread_mutex_unlock(&hub.lock);
+	publish_changes(&hub.zone_alerts, rows, "zone", "zone_alerts", notified_at);
 	json_decref(rows);
 	return !lost;
 }
