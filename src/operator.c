@@ -11,7 +11,9 @@
  */
 #include "operator.h"
 
+#include "access/detoast.h"
 #include "access/htup_details.h"
+#include "catalog/pg_type.h"
 #include "lib/stringinfo.h"
 #include "utils/builtins.h"
 #include "utils/hsearch.h"
@@ -300,6 +302,25 @@ sdp_operator_bind(SdpOperatorContext *ctx, TupleDesc input, TupleDesc output)
 }
 
 /*
+ * The length in bytes of a value's text form.  text and varchar are measured
+ * where they lie (their text form is their content, even compressed), so
+ * checking a key costs no conversion; other types are converted.
+ */
+size_t
+sdp_text_form_length(Datum d, Oid typid, FmgrInfo *out)
+{
+	char	   *text;
+	size_t		len;
+
+	if (typid == TEXTOID || typid == VARCHAROID)
+		return toast_raw_datum_size(d) - VARHDRSZ;
+	text = OutputFunctionCall(out, d);
+	len = strlen(text);
+	pfree(text);
+	return len;
+}
+
+/*
  * Rows the operator could not take raise a data error here, before the
  * operator changes any state, so that the worker isolates their messages
  * into the dead letters instead of failing in the middle of a step.
@@ -312,18 +333,15 @@ sdp_operator_check_rows(SdpOperatorContext *ctx, HeapTuple *rows, int n)
 		bool		isnull;
 		Datum		d = heap_getattr(rows[i], ctx->key_index + 1, ctx->input_desc, &isnull);
 
-		if (!isnull)
-		{
-			char	   *text = OutputFunctionCall(&ctx->key_out, d);
-
-			if (strlen(text) >= SDP_STATE_KEY_MAX)
-				ereport(ERROR,
-						(errcode(ERRCODE_STRING_DATA_RIGHT_TRUNCATION),
-						 errmsg("key \"%.40s...\" is longer than %d bytes", text, SDP_STATE_KEY_MAX - 1),
-						 errhint("Operator state keys (the \"key\" option's column) are at most %d bytes.",
-								 SDP_STATE_KEY_MAX - 1)));
-			pfree(text);
-		}
+		if (!isnull &&
+			sdp_text_form_length(d, TupleDescAttr(ctx->input_desc, ctx->key_index)->atttypid,
+								 &ctx->key_out) >= SDP_STATE_KEY_MAX)
+			ereport(ERROR,
+					(errcode(ERRCODE_STRING_DATA_RIGHT_TRUNCATION),
+					 errmsg("key \"%.40s...\" is longer than %d bytes",
+							OutputFunctionCall(&ctx->key_out, d), SDP_STATE_KEY_MAX - 1),
+					 errhint("Operator state keys (the \"key\" option's column) are at most %d bytes.",
+							 SDP_STATE_KEY_MAX - 1)));
 		if (ctx->op->check_row)
 			ctx->op->check_row(ctx, rows[i]);
 	}

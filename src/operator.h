@@ -149,6 +149,7 @@ extern const char *sdp_operator_names(void);
 
 /* the worker, after the transform: keys that fit, and the operator's check_row */
 extern void sdp_operator_check_rows(SdpOperatorContext *ctx, HeapTuple *rows, int n);
+extern size_t sdp_text_form_length(Datum d, Oid typid, FmgrInfo *out);
 
 /* what operators call */
 extern void sdp_emit(SdpOperatorContext *ctx, Datum *values, bool *nulls);

@@ -355,18 +355,16 @@ active_count_check_row(SdpOperatorContext *ctx, HeapTuple row)
 	ActiveCountConfig *cfg = ctx->config;
 	bool		isnull;
 	Datum		d = heap_getattr(row, cfg->member_index + 1, ctx->input_desc, &isnull);
-	char	   *text;
 
-	if (isnull)
-		return;
-	text = OutputFunctionCall(&cfg->member_out, d);
-	if (strlen(text) >= SDP_STATE_MEMBER_MAX)
+	if (!isnull &&
+		sdp_text_form_length(d, TupleDescAttr(ctx->input_desc, cfg->member_index)->atttypid,
+							 &cfg->member_out) >= SDP_STATE_MEMBER_MAX)
 		ereport(ERROR,
 				(errcode(ERRCODE_STRING_DATA_RIGHT_TRUNCATION),
-				 errmsg("member \"%.40s...\" is longer than %d bytes", text, SDP_STATE_MEMBER_MAX - 1),
+				 errmsg("member \"%.40s...\" is longer than %d bytes",
+						OutputFunctionCall(&cfg->member_out, d), SDP_STATE_MEMBER_MAX - 1),
 				 errhint("Members of active_count (the \"member\" option's column) are at most %d bytes.",
 						 SDP_STATE_MEMBER_MAX - 1)));
-	pfree(text);
 }
 
 const SdpOperator sdp_active_count_operator = {
