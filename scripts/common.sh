@@ -3,7 +3,7 @@
 # machine (CI) and as a sudo-capable user on a workstation.
 
 SDP_PG_VERSION=15
-SDP_PG_BIN=/usr/lib/postgresql/$SDP_PG_VERSION/bin
+SDP_PG_BIN=${SDP_PG_BIN:-/usr/lib/postgresql/$SDP_PG_VERSION/bin}
 SDP_PACKAGES=(gcc make postgresql-$SDP_PG_VERSION postgresql-server-dev-$SDP_PG_VERSION
               librdkafka-dev libjansson-dev kcat libipc-run-perl libpq-dev libmicrohttpd-dev)
 
@@ -29,10 +29,25 @@ sdp_install_packages() {
 
 # Build the extension and the tools, and install the extension.
 sdp_build_install() {
-  sdp_log "building sdp_ext and tools"
-  make -s -j2 CI="${CI:-}" >/dev/null
+  sdp_build_tools || return 1
+  sdp_log "building sdp_ext"
+  make -s -j2 CI="${CI:-}" >/dev/null || return 1
   sdp_log "installing sdp_ext into PostgreSQL $SDP_PG_VERSION"
   sdp_as_root make -s install >/dev/null
+}
+
+# Build the tools (embedded broker, simulators, dashboard) in tools/.
+sdp_build_tools() {
+  sdp_log "building the tools"
+  make -s -j2 CI="${CI:-}" tools >/dev/null
+}
+
+# sdp_build_install_ext DIR PG_CONFIG: build sdp_ext in DIR (a copy of the
+# tree) against the PostgreSQL that PG_CONFIG names, and install it there.
+sdp_build_install_ext() {
+  local dir=$1 pgc=$2
+  sdp_as_root make -s -C "$dir" -j2 CI="${CI:-}" PG_CONFIG="$pgc" >/dev/null || return 1
+  sdp_as_root make -s -C "$dir" install PG_CONFIG="$pgc" >/dev/null
 }
 
 # A copy of the source tree in a fresh directory owned by the postgres OS
@@ -41,7 +56,8 @@ sdp_build_install() {
 sdp_postgres_workdir() {
   local dir
   dir=$(mktemp -d /tmp/sdp_ext.XXXXXX)
-  tar --exclude=.git --exclude='tmp_check*' --exclude=results -cf - . | tar -C "$dir" -xf -
+  tar --exclude=.git --exclude='tmp_check*' --exclude=results --exclude='*.o' --exclude='*.so' --exclude='*.bc' \
+      -cf - . | tar -C "$dir" -xf -
   sdp_as_root chown -R postgres:postgres "$dir"
   chmod 755 "$dir"
   echo "$dir"
