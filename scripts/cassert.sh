@@ -15,7 +15,8 @@ cache=${SDP_CASSERT_DIR:-/var/cache/sdp_ext}
 prefix=$cache/pg15-cassert
 stamp=$prefix/.sdp-built
 
-if [ -f "$stamp" ] && [ -x "$prefix/bin/pg_config" ]; then
+if [ -f "$stamp" ] && [ -x "$prefix/bin/pg_config" ] &&
+   [ -x "$prefix/lib/pgxs/src/test/regress/pg_regress" ]; then
   echo "$prefix"
   exit 0
 fi
@@ -46,6 +47,9 @@ dir=$(find "$src" -maxdepth 1 -type d -name 'postgresql-15*' | head -1)
       --with-openssl --without-icu CFLAGS='-O2 -g' >/dev/null
   make -s -j"$(nproc)" >/dev/null 2>&1 || make -s >/dev/null
   make -s install >/dev/null
+  # what PGXS's installcheck needs beside the server: pg_regress and the TAP modules
+  make -s -C src/test/regress install >/dev/null
+  make -s -C src/test/perl install >/dev/null
   make -s -C contrib/postgres_fdw install >/dev/null
 )
 sdp_as_root rm -rf "$src"
