@@ -1,66 +1,71 @@
 /*
  * batch.c
- *		One batch of a flow, from the messages polled to the commit.
+ *		The pipeline of one batch, from the messages polled to the commit.
  *
- * Stateless flows: decode JSON -> run the transform -> write the target ->
- * write the next offset of every partition -> commit, all in one
- * transaction.  Stateful flows take their own path through the operator
- * (stateful.c) and share the rest.
+ *	decode -> transform -> operator (stateful flows) -> write ->
+ *	dead letters and notify -> offsets -> commit
+ *
+ * all in one transaction.  A stateless flow is the pipeline without the
+ * operator stage and stores its offsets with every batch; a stateful flow
+ * stores them at its checkpoints, with the state they match.  A batch with
+ * no messages (a stateful flow's timers and checkpoints while the input is
+ * quiet) takes the same path.
  *
  * Bad input never stops the batch.  A message that does not decode is set
- * aside at once.  If the transform or the write raises a data error, the
- * transaction is rolled back and the batch is run again in subtransactions,
- * halving the failing ranges until each bad message is alone; those go to
- * sdp.dead_letters (or are skipped, or fail the flow: option on_error) and
- * the rest commits.  Errors that are not about the data (a missing table, a
- * revoked privilege, a full disk) retry the same batch with backoff instead,
- * so nothing is dead-lettered for the environment's sake.
+ * aside at once.  When the transform or the write raises a data error, the
+ * attempt is rolled back and made again with the stage isolated (isolate.c):
+ * the bad messages, or the operator's bad rows, are found and set aside
+ * (dead_letter.c) and the rest commits.
+ *
+ * How a batch ends is returned to the worker loop, which acts on it:
+ * committed; retry (an error not about the data: a missing table, a revoked
+ * privilege, a full disk, so nothing is dead-lettered for the environment's
+ * sake); fail (on_error = fail met a bad message, or the state outgrew its
+ * limit); restart (an error after the operator changed its state, which is
+ * in shared memory and does not roll back: the worker restarts from its
+ * last checkpoint and replays; emissions are upserts and dead letters are
+ * unique per message, so the replay duplicates nothing).
  */
-#include "worker.h"
+#include "batch.h"
 
 #include "access/xact.h"
 #include "catalog/pg_type.h"
-#include "mb/pg_wchar.h"
 #include "miscadmin.h"
-#include "pgstat.h"
-#include "storage/latch.h"
-#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/json.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
-#include "utils/timestamp.h"
 
+#include "dead_letter.h"
+#include "isolate.h"
 #include "json_decode.h"
-#include "operator.h"
+#include "offsets.h"
+#include "stateful.h"
 
-/* Errors worth isolating to one message: the data was wrong, not the world. */
-bool
-sdp_is_data_error(int sqlerrcode)
-{
-	int			category = ERRCODE_TO_CATEGORY(sqlerrcode);
-
-	return category == ERRCODE_DATA_EXCEPTION ||
-		category == ERRCODE_INTEGRITY_CONSTRAINT_VIOLATION ||
-		category == ERRCODE_CARDINALITY_VIOLATION ||
-		category == ERRCODE_WITH_CHECK_OPTION_VIOLATION ||
-		category == ERRCODE_SQL_ROUTINE_EXCEPTION ||
-		category == ERRCODE_EXTERNAL_ROUTINE_INVOCATION_EXCEPTION ||
-		sqlerrcode == ERRCODE_RAISE_EXCEPTION;
-}
-
-/* Whether Kafka bytes (key, payload) can be stored as text in this database. */
-static bool
-is_valid_text(const void *bytes, size_t len)
-{
-	return bytes != NULL && len < MaxAllocSize &&
-		memchr(bytes, '\0', len) == NULL &&
-		pg_verify_mbstr(GetDatabaseEncoding(), bytes, (int) len, true);
-}
-
-/* Decode every message of the batch; the ones that fail are set aside. */
+/* The statements a batch runs besides the flow's own (in a catalog scope, with SPI connected). */
 void
-sdp_decode_batch(FlowWorker *w, Batch *b)
+sdp_batch_prepare(FlowWorker *w)
+{
+	sdp_offsets_prepare(w);
+	sdp_dead_letters_prepare(w);
+	if (w->opts.notify_channel)
+	{
+		Oid			types[2] = {TEXTOID, TEXTOID};
+
+		w->notify_plan = SPI_prepare("SELECT pg_notify($1, $2)", 2, types);
+		if (w->notify_plan == NULL)
+			elog(ERROR, "could not prepare NOTIFY: %s", SPI_result_code_string(SPI_result));
+		SPI_keepplan(w->notify_plan);
+	}
+	if (w->op)
+		sdp_stateful_prepare_plans(w);
+}
+
+/* ---- decode ---- */
+
+/* Decode every message of the batch into a row of the input schema; the ones that fail are set aside. */
+static void
+stage_decode(FlowWorker *w, Batch *b)
 {
 	TupleDesc	desc = w->schema->tupdesc;
 	int			natts = desc->natts;
@@ -72,8 +77,8 @@ sdp_decode_batch(FlowWorker *w, Batch *b)
 	/* from scratch: an attempt that raised part way through may have left rows behind */
 	b->nrows = 0;
 	b->dead = NIL;
-	b->rows = palloc(sizeof(HeapTuple) * b->nmsgs);
-	b->row_msg = palloc(sizeof(int) * b->nmsgs);
+	b->rows = palloc(sizeof(HeapTuple) * Max(b->nmsgs, 1));
+	b->row_msg = palloc(sizeof(int) * Max(b->nmsgs, 1));
 	for (int i = 0; i < b->nmsgs; i++)
 	{
 		rd_kafka_message_t *m = b->msgs[i];
@@ -84,29 +89,19 @@ sdp_decode_batch(FlowWorker *w, Batch *b)
 
 		if (!sdp_decode_message(w->schema, m->payload, m->len, values, nulls, &error, &sqlstate))
 		{
-			DeadLetter *dl = palloc(sizeof(DeadLetter));
-
-			dl->msg = m;
-			dl->stage = "decode";
-			dl->error = error;
-			dl->sqlstate = sqlstate;
-			b->dead = lappend(b->dead, dl);
+			sdp_dead_letter_add(b, m, "decode", error, sqlstate);
 			continue;
 		}
 		if (w->op && w->event_time_index >= 0 && !nulls[w->event_time_index] &&
 			!sdp_event_time_usable(DatumGetTimestampTz(values[w->event_time_index])))
 		{
-			DeadLetter *dl = palloc(sizeof(DeadLetter));
-
-			dl->msg = m;
-			dl->stage = "decode";
-			dl->error = psprintf("field \"%s\": event time %s is outside the range windows and watermarks can hold (%s to %s)",
-								 w->schema->columns[w->event_time_index].name,
-								 sdp_timestamp_text(DatumGetTimestampTz(values[w->event_time_index])),
-								 sdp_timestamp_text(MIN_TIMESTAMP + SDP_EVENT_TIME_MARGIN_US),
-								 sdp_timestamp_text(END_TIMESTAMP - SDP_EVENT_TIME_MARGIN_US - 1));
-			dl->sqlstate = ERRCODE_DATETIME_VALUE_OUT_OF_RANGE;
-			b->dead = lappend(b->dead, dl);
+			sdp_dead_letter_add(b, m, "decode",
+								psprintf("field \"%s\": event time %s is outside the range windows and watermarks can hold (%s to %s)",
+										 w->schema->columns[w->event_time_index].name,
+										 sdp_timestamp_text(DatumGetTimestampTz(values[w->event_time_index])),
+										 sdp_timestamp_text(MIN_TIMESTAMP + SDP_EVENT_TIME_MARGIN_US),
+										 sdp_timestamp_text(END_TIMESTAMP - SDP_EVENT_TIME_MARGIN_US - 1)),
+								ERRCODE_DATETIME_VALUE_OUT_OF_RANGE);
 			continue;
 		}
 		values[ncols + SDP_META_TOPIC] = topic;
@@ -115,7 +110,7 @@ sdp_decode_batch(FlowWorker *w, Batch *b)
 		nulls[ncols + SDP_META_PARTITION] = false;
 		values[ncols + SDP_META_OFFSET] = Int64GetDatum(m->offset);
 		nulls[ncols + SDP_META_OFFSET] = false;
-		nulls[ncols + SDP_META_KEY] = !is_valid_text(m->key, m->key_len);
+		nulls[ncols + SDP_META_KEY] = !sdp_bytes_are_text(m->key, m->key_len);
 		if (!nulls[ncols + SDP_META_KEY])
 			values[ncols + SDP_META_KEY] = PointerGetDatum(cstring_to_text_with_len(m->key, (int) m->key_len));
 		ts = rd_kafka_message_timestamp(m, &tstype);
@@ -130,203 +125,145 @@ sdp_decode_batch(FlowWorker *w, Batch *b)
 	}
 }
 
-/*
- * Run step(arg) in a subtransaction.  Returns NULL when it committed, or the
- * data error that rolled it back (errors that are not about the data
- * propagate).  The caller splits its range and tries again.
- */
-ErrorData *
-sdp_run_isolated(void (*step) (void *arg), void *arg)
-{
-	MemoryContext cxt = CurrentMemoryContext;
-	ResourceOwner owner = CurrentResourceOwner;
-	ErrorData  *volatile edata = NULL;
+/* ---- transform and write, with their isolating variants ---- */
 
-	BeginInternalSubTransaction(NULL);
-	MemoryContextSwitchTo(cxt);
-	PG_TRY();
-	{
-		step(arg);
-		ReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(cxt);
-		CurrentResourceOwner = owner;
-	}
-	PG_CATCH();
-	{
-		MemoryContextSwitchTo(cxt);
-		edata = CopyErrorData();
-		FlushErrorState();
-		RollbackAndReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(cxt);
-		CurrentResourceOwner = owner;
-		/* a registration left behind by the failed statement */
-		(void) SPI_unregister_relation(SDP_INPUT_RELATION);
-		(void) SPI_unregister_relation(SDP_OUTPUT_RELATION);
-		if (!sdp_is_data_error(edata->sqlerrcode))
-			ReThrowError(edata);
-	}
-	PG_END_TRY();
-	return edata;
-}
-
-/* Transform and write rows [lo, hi) of the batch. */
-static void
-run_rows(FlowWorker *w, Batch *b, int lo, int hi, const char **stage)
-{
-	HeapTuple  *out;
-	int			nout;
-
-	*stage = "transform";
-	nout = sdp_transform_run(&w->transform, b->rows + lo, hi - lo, &out);
-	b->rows_out += nout;
-	*stage = "write";
-	b->rows_written += sdp_sink_write(&w->sink, out, nout);
-}
-
-/*
- * Run rows [lo, hi) in a subtransaction; when a data error rolls it back,
- * split the range until the bad message is alone, and set it aside.
- * Returns false if on_error = fail met a bad message (*fail_message set).
- */
-typedef struct RowsStep
+/* What an isolated stage works on: the batch, and for the operator's rows, those rows. */
+typedef struct StageRun
 {
 	FlowWorker *w;
 	Batch	   *b;
-	int			lo;
-	int			hi;
-	const char *stage;
-} RowsStep;
+	const char *stage;			/* the stage running, for the reason of a bad unit */
+	HeapTuple  *rows;			/* the transform's output collected (stateful), or the emitted rows */
+	int			nrows;
+	char	   *fail_message;
+} StageRun;
 
+/* A stateless flow: transform and write input rows [lo, hi). */
 static void
-rows_step(void *arg)
+transform_and_write(void *arg, int lo, int hi)
 {
-	RowsStep   *r = arg;
+	StageRun   *r = arg;
+	HeapTuple  *out;
+	int			nout;
+	int64		written;
 
-	run_rows(r->w, r->b, r->lo, r->hi, &r->stage);
+	r->stage = "transform";
+	nout = sdp_transform_run(&r->w->transform, r->b->rows + lo, hi - lo, &out);
+	r->stage = "write";
+	written = sdp_sink_write(&r->w->sink, out, nout);
+	r->b->rows_out += nout;
+	r->b->rows_written += written;
 }
 
+/* A stateful flow: transform input rows [lo, hi) and check them for the operator; collect the output. */
+static void
+transform_for_operator(void *arg, int lo, int hi)
+{
+	StageRun   *r = arg;
+	HeapTuple  *out;
+	int			nout;
+
+	r->stage = "transform";
+	nout = sdp_transform_run(&r->w->transform, r->b->rows + lo, hi - lo, &out);
+	sdp_stateful_check_rows(r->w, out, nout);
+	/* the rows stay valid until SPI_finish */
+	r->rows = repalloc(r->rows, sizeof(HeapTuple) * (r->nrows + nout + 1));
+	memcpy(r->rows + r->nrows, out, sizeof(HeapTuple) * nout);
+	r->nrows += nout;
+}
+
+/* The operator's emitted rows [lo, hi) into the target. */
+static void
+write_emitted(void *arg, int lo, int hi)
+{
+	StageRun   *r = arg;
+
+	r->stage = "write";
+	r->b->rows_written += sdp_sink_write(&r->w->sink, r->rows + lo, hi - lo);
+}
+
+/* Input row i (of message b->row_msg[i]) failed alone. */
 static bool
-isolate_rows(FlowWorker *w, Batch *b, int lo, int hi, char **fail_message)
+bad_message(void *arg, int i, ErrorData *edata)
 {
-	RowsStep	step = {w, b, lo, hi, "transform"};
-	const char *stage;
-	int64		out_before = b->rows_out;
-	int64		written_before = b->rows_written;
-	ErrorData  *edata = sdp_run_isolated(rows_step, &step);
+	StageRun   *r = arg;
 
-	stage = step.stage;
-	if (edata == NULL)
+	return sdp_set_aside(r->w, r->b, r->b->msgs[r->b->row_msg[i]], NULL, r->stage, edata, &r->fail_message);
+}
+
+/* Emitted row i failed alone. */
+static bool
+bad_emitted_row(void *arg, int i, ErrorData *edata)
+{
+	StageRun   *r = arg;
+
+	return sdp_set_aside(r->w, r->b, NULL, sdp_row_as_json(r->w->sink.row_desc, r->rows[i]),
+						 r->stage, edata, &r->fail_message);
+}
+
+/*
+ * A stateless flow's rows: at once (fast path: a data error aborts the
+ * attempt and the next one isolates), or isolated.
+ */
+static bool
+stage_stateless(FlowWorker *w, Batch *b, bool isolate, char **fail_message)
+{
+	StageRun	r = {w, b, "transform", NULL, 0, NULL};
+
+	if (!isolate)
+	{
+		transform_and_write(&r, 0, b->nrows);
 		return true;
-
-	b->rows_out = out_before;
-	b->rows_written = written_before;
-	if (hi - lo > 1)
-	{
-		int			mid = lo + (hi - lo) / 2;
-
-		return isolate_rows(w, b, lo, mid, fail_message) &&
-			isolate_rows(w, b, mid, hi, fail_message);
 	}
-	else
-	{
-		rd_kafka_message_t *m = b->msgs[b->row_msg[lo]];
-
-		if (w->opts.on_error == SDP_ON_ERROR_FAIL)
-		{
-			*fail_message = psprintf("%s of partition %d offset %lld: %s", stage,
-									 m->partition, (long long) m->offset, edata->message);
-			return false;
-		}
-		if (w->opts.on_error == SDP_ON_ERROR_SKIP)
-			b->rows_skipped++;
-		else
-		{
-			DeadLetter *dl = palloc(sizeof(DeadLetter));
-
-			dl->msg = m;
-			dl->stage = stage;
-			dl->error = pstrdup(edata->message);
-			dl->sqlstate = edata->sqlerrcode;
-			b->dead = lappend(b->dead, dl);
-		}
-	}
-	return true;
+	if (sdp_isolate(transform_and_write, bad_message, &r, 0, b->nrows))
+		return true;
+	*fail_message = r.fail_message;
+	return false;
 }
 
-/* Write the batch's dead letters (inside the batch's transaction). */
-void
-sdp_write_dead_letters(FlowWorker *w, Batch *b)
+/*
+ * A stateful flow's rows: the transform (at once or isolated, as above),
+ * then the operator, then the write of what it emitted.  Once the operator
+ * has run the state has changed and the batch cannot be run again in place,
+ * so the write is isolated from its first try.
+ */
+static bool
+stage_stateful(FlowWorker *w, Batch *b, bool isolate, char **fail_message)
 {
-	MemoryContext cxt = CurrentMemoryContext;
-	SdpCatalogScope scope;
-	ListCell   *lc;
+	StageRun	r = {w, b, "transform", NULL, 0, NULL};
+	HeapTuple  *emitted;
+	int			nemitted;
 
-	if (b->dead == NIL || w->opts.on_error == SDP_ON_ERROR_SKIP)
-		return;
-	sdp_catalog_enter(&scope);
-	foreach(lc, b->dead)
+	r.rows = palloc(sizeof(HeapTuple));
+	if (!isolate)
+		transform_for_operator(&r, 0, b->nrows);
+	else if (!sdp_isolate(transform_for_operator, bad_message, &r, 0, b->nrows))
 	{
-		DeadLetter *dl = lfirst(lc);
-		rd_kafka_message_t *m = dl->msg;
-		Datum		values[13];
-		char		nulls[13];
-		bytea	   *payload;
-		const char *bytes = m ? m->payload : dl->row_text;
-		size_t		len = m ? m->len : strlen(dl->row_text);
-
-		memset(nulls, ' ', sizeof(nulls));
-		values[0] = CStringGetTextDatum(w->args.name);
-		values[1] = CStringGetTextDatum(w->owner_name);
-		values[2] = CStringGetTextDatum(w->source.topic);
-		if (m)
-		{
-			int64		ts;
-			rd_kafka_timestamp_type_t tstype;
-
-			values[3] = Int32GetDatum(m->partition);
-			values[4] = Int64GetDatum(m->offset);
-			if (is_valid_text(m->key, m->key_len))
-				values[5] = PointerGetDatum(cstring_to_text_with_len(m->key, (int) m->key_len));
-			else
-				nulls[5] = 'n';
-			ts = rd_kafka_message_timestamp(m, &tstype);
-			if (tstype != RD_KAFKA_TIMESTAMP_NOT_AVAILABLE && ts >= 0)
-				values[6] = TimestampTzGetDatum(ts * 1000 - (int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * USECS_PER_DAY);
-			else
-				nulls[6] = 'n';
-		}
-		else
-		{
-			/* a row the operator emitted: it comes from no single message */
-			nulls[3] = nulls[4] = nulls[5] = nulls[6] = 'n';
-		}
-		payload = palloc(VARHDRSZ + len);
-		SET_VARSIZE(payload, VARHDRSZ + len);
-		if (len > 0)
-			memcpy(VARDATA(payload), bytes, len);
-		values[7] = PointerGetDatum(payload);
-		if (is_valid_text(bytes, len))
-			values[8] = PointerGetDatum(cstring_to_text_with_len(bytes, (int) len));
-		else
-			nulls[8] = 'n';
-		values[9] = CStringGetTextDatum(dl->stage);
-		values[10] = CStringGetTextDatum(dl->error);
-		values[11] = CStringGetTextDatum(unpack_sql_state(dl->sqlstate));
-		values[12] = Int64GetDatum(w->args.flow_id);
-		if (SPI_execute_plan(w->dead_letter_plan, values, nulls, false, 0) != SPI_OK_INSERT)
-			elog(ERROR, "could not write a dead letter");
-		MemoryContextSwitchTo(cxt);
+		*fail_message = r.fail_message;
+		return false;
 	}
-	sdp_catalog_leave(&scope);
+	b->rows_out = r.nrows;
+
+	nemitted = sdp_stateful_operate(w, b, r.rows, r.nrows, &emitted);
+
+	r.rows = emitted;
+	r.nrows = nemitted;
+	r.stage = "write";
+	if (sdp_isolate(write_emitted, bad_emitted_row, &r, 0, nemitted))
+		return true;
+	*fail_message = r.fail_message;
+	return false;
 }
+
+/* ---- notify ---- */
 
 /*
  * Option notify: tell listeners, at commit, that the batch wrote rows
  * (payload: {"flow": ..., "target": ..., "rows": n}), so that applications
  * read what changed as soon as it is there, without polling.
  */
-void
-sdp_notify_rows(FlowWorker *w, int64 rows)
+static void
+stage_notify(FlowWorker *w, int64 rows)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	SdpCatalogScope scope;
@@ -350,193 +287,139 @@ sdp_notify_rows(FlowWorker *w, int64 rows)
 	MemoryContextSwitchTo(cxt);
 }
 
-/* The next offset of every partition the batch touched, stored with the rows. */
-void
-sdp_write_batch_offsets(FlowWorker *w, Batch *b, int64 *new_next)
-{
-	int32	   *parts = palloc(sizeof(int32) * w->npartitions);
-	int64	   *offs = palloc(sizeof(int64) * w->npartitions);
-	int			n = 0;
-
-	sdp_next_offsets(w, b, new_next);
-	for (int i = 0; i < w->npartitions; i++)
-		if (new_next[i] != w->next_offset[i])
-		{
-			parts[n] = w->partitions[i];
-			offs[n] = new_next[i];
-			n++;
-		}
-	if (n > 0)
-		sdp_store_offsets(w, n, parts, offs, false);
-}
-
-/* The next offset of every partition once the batch is done. */
-void
-sdp_next_offsets(FlowWorker *w, Batch *b, int64 *new_next)
-{
-	for (int i = 0; i < w->npartitions; i++)
-		new_next[i] = w->next_offset[i];
-	for (int i = 0; i < b->nmsgs; i++)
-	{
-		rd_kafka_message_t *m = b->msgs[i];
-		int			idx = (m->partition <= w->max_partition_id) ? w->partition_index[m->partition] : -1;
-
-		if (idx >= 0 && m->offset + 1 > new_next[idx])
-			new_next[idx] = m->offset + 1;
-	}
-}
-
-typedef enum BatchOutcome
-{
-	BATCH_COMMITTED,
-	BATCH_DATA_ERROR,			/* retry isolating the bad messages */
-	BATCH_FAILED				/* on_error = fail met a bad message */
-} BatchOutcome;
+/* ---- one attempt, and the batch ---- */
 
 /*
- * One attempt at the batch in one transaction: all rows at once (fast path)
- * or with bad messages isolated.  Errors that are not data errors propagate.
+ * One attempt at the batch in one transaction: every stage at once, or with
+ * the bad units isolated.  Returns false when on_error = fail met a bad
+ * message (*fail_message set; the transaction is rolled back).  Errors
+ * propagate, with the transaction still open.
  */
-static BatchOutcome
-attempt_batch(FlowWorker *w, Batch *b, bool isolate, int64 *new_next, char **fail_message)
+static bool
+attempt(FlowWorker *w, Batch *b, bool isolate, char **fail_message)
 {
 	MemoryContext cxt = CurrentMemoryContext;
-	volatile BatchOutcome outcome = BATCH_COMMITTED;
+	bool		ok = true;
 
 	b->rows_out = 0;
 	b->rows_written = 0;
 	b->rows_skipped = 0;
+	b->rows_late = 0;
+	b->checkpointed = false;
+	/* the set-aside of an earlier attempt was rolled back with it */
+	b->dead = list_truncate(b->dead, b->ndead_decode);
 
 	sdp_start_transaction();
-	PG_TRY();
+	SPI_connect();
+	MemoryContextSwitchTo(cxt); /* the batch's memory, not SPI's */
+	PushActiveSnapshot(GetTransactionSnapshot());
+
+	/* decoding happens once, in the first attempt (input functions read the catalogs) */
+	if (!b->decoded)
 	{
-		const char *stage;
+		stage_decode(w, b);
+		b->decoded = true;
+		b->ndead_decode = list_length(b->dead);
+	}
 
-		SPI_connect();
-		MemoryContextSwitchTo(cxt);		/* the batch's memory, not SPI's */
-		PushActiveSnapshot(GetTransactionSnapshot());
+	if (b->ndead_decode > 0 && w->opts.on_error == SDP_ON_ERROR_FAIL)
+	{
+		DeadLetter *dl = linitial(b->dead);
 
-		/* Decoding needs a transaction too (input functions, error messages read the catalogs). */
-		if (!b->decoded)
-		{
-			sdp_decode_batch(w, b);
-			b->decoded = true;
-			b->ndead_decode = list_length(b->dead);
-		}
-		if (b->ndead_decode > 0 && w->opts.on_error == SDP_ON_ERROR_FAIL)
-		{
-			DeadLetter *dl = linitial(b->dead);
+		*fail_message = psprintf("decode of partition %d offset %lld: %s", dl->msg->partition,
+								 (long long) dl->msg->offset, dl->error);
+		ok = false;
+	}
+	else if (w->op == NULL)
+		ok = stage_stateless(w, b, isolate, fail_message);
+	else
+		ok = stage_stateful(w, b, isolate, fail_message);
 
-			*fail_message = psprintf("decode of partition %d offset %lld: %s", dl->msg->partition,
-									 (long long) dl->msg->offset, dl->error);
-			outcome = BATCH_FAILED;
-		}
-		else if (!isolate)
-			run_rows(w, b, 0, b->nrows, &stage);
-		else if (b->nrows > 0 && !isolate_rows(w, b, 0, b->nrows, fail_message))
-			outcome = BATCH_FAILED;
-		if (outcome == BATCH_COMMITTED)
-		{
-			sdp_write_dead_letters(w, b);
-			sdp_write_batch_offsets(w, b, new_next);
-			sdp_notify_rows(w, b->rows_written);
-		}
-		PopActiveSnapshot();
-		SPI_finish();
-		if (outcome == BATCH_COMMITTED)
-			CommitTransactionCommand();
+	if (ok)
+	{
+		sdp_write_dead_letters(w, b);
+		stage_notify(w, b->rows_written);
+		sdp_next_offsets(w, b, b->next);
+		if (w->op == NULL)
+			sdp_write_moved_offsets(w, b->next);
 		else
-			AbortCurrentTransaction();
+			sdp_stateful_checkpoint_if_due(w, b);
 	}
-	PG_CATCH();
-	{
-		ErrorData  *edata;
 
-		MemoryContextSwitchTo(cxt);
-		edata = CopyErrorData();
-		if (isolate || !sdp_is_data_error(edata->sqlerrcode))
-			PG_RE_THROW();
-		FlushErrorState();
+	PopActiveSnapshot();
+	SPI_finish();
+	if (ok)
+		CommitTransactionCommand();
+	else
 		AbortCurrentTransaction();
-		MemoryContextSwitchTo(cxt);
-		outcome = BATCH_DATA_ERROR;
-	}
-	PG_END_TRY();
 	MemoryContextSwitchTo(cxt);
-
-	/* dead letters found while isolating are dropped with a rolled-back attempt */
-	if (outcome != BATCH_COMMITTED)
-		b->dead = list_truncate(b->dead, b->ndead_decode);
-	return outcome;
+	return ok;
 }
 
 /*
- * Process one batch to its commit.  Data errors are isolated to messages;
- * other errors are retried with backoff (the batch is kept in memory), so
- * the flow waits out a missing table or a full disk instead of losing data.
+ * Run the batch to its end: the fast attempt, then, after a data error, the
+ * isolating one.  Returns how it ended; *message says why when it did not
+ * commit.  Leaves no transaction open.
  */
-void
-sdp_process_batch(FlowWorker *w, Batch *b)
+SdpBatchOutcome
+sdp_batch_run(FlowWorker *w, Batch *b, char **message)
 {
-	int64	   *new_next = palloc(sizeof(int64) * w->npartitions);
-	char	   *fail_message = NULL;
-	int64		decode_dead;
-	volatile BatchOutcome outcome = BATCH_COMMITTED;
+	MemoryContext cxt = CurrentMemoryContext;
+	volatile bool isolate = false;
 
-	pgstat_report_activity(STATE_RUNNING, "sdp: processing batch");
-	if (w->op)
-	{
-		sdp_stateful_process_batch(w, b, new_next);
-		sdp_account_batch(w, b, new_next, b->ndead_decode);
-		return;
-	}
-
+	if (b->next == NULL)
+		b->next = palloc(sizeof(int64) * Max(w->npartitions, 1));
 	for (;;)
 	{
-		MemoryContext cxt = CurrentMemoryContext;
-		volatile bool retry = false;
+		ErrorData  *volatile edata = NULL;
+		volatile bool ok = false;
 
 		PG_TRY();
 		{
-			outcome = attempt_batch(w, b, false, new_next, &fail_message);
-			if (outcome == BATCH_DATA_ERROR)
-				outcome = attempt_batch(w, b, true, new_next, &fail_message);
+			ok = attempt(w, b, isolate, message);
 		}
 		PG_CATCH();
 		{
-			ErrorData  *edata;
-			char	   *msg;
-
 			MemoryContextSwitchTo(cxt);
 			edata = CopyErrorData();
 			FlushErrorState();
 			AbortCurrentTransaction();
-			MemoryContextSwitchTo(cxt);
-			msg = psprintf("batch of %d messages not written, retrying in %d ms: %s",
-						   b->nmsgs, Max(w->error_backoff_ms, 100), edata->message);
-			ereport(LOG, (errmsg("sdp flow \"%s\": %s", w->args.name, msg)));
-			sdp_worker_set_error(w, msg);
-			retry = true;
 		}
 		PG_END_TRY();
+		MemoryContextSwitchTo(cxt);
 
-		if (!retry)
-			break;
-		/* wait, staying responsive to stop requests, and try the same batch again */
-		w->error_backoff_ms = Min(Max(w->error_backoff_ms * 2, 100), 30000);
-		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 w->error_backoff_ms, PG_WAIT_EXTENSION);
-		ResetLatch(MyLatch);
-		CHECK_FOR_INTERRUPTS();
+		if (edata == NULL)
+		{
+			bool		mutated = w->state_mutated;
+
+			w->state_mutated = false;
+			if (ok)
+				return SDP_BATCH_COMMITTED;
+			if (mutated)
+				b->dead = list_truncate(b->dead, b->ndead_decode);
+			return SDP_BATCH_FAIL;
+		}
 		b->dead = list_truncate(b->dead, b->ndead_decode);
+		if (w->state_mutated)
+		{
+			/* the operator's state moved and did not roll back */
+			if (sdp_stateful_limit_error(w, edata))
+			{
+				*message = psprintf("state of the flow exceeds its state_memory_limit of %d kB: %s",
+									w->opts.state_memory_limit_kb, edata->message);
+				return SDP_BATCH_FAIL;
+			}
+			*message = edata->message;
+			return SDP_BATCH_RESTART;
+		}
+		if (!isolate && sdp_is_data_error(edata->sqlerrcode))
+		{
+			isolate = true;
+			continue;
+		}
+		*message = edata->message;
+		return SDP_BATCH_RETRY;
 	}
-	w->error_backoff_ms = 0;
-	decode_dead = b->ndead_decode;
-
-	if (outcome == BATCH_FAILED)
-		sdp_worker_fail(w, fail_message);
-	sdp_account_batch(w, b, new_next, decode_dead);
-	pgstat_report_activity(STATE_IDLE, NULL);
 }
 
 /*
@@ -544,12 +427,14 @@ sdp_process_batch(FlowWorker *w, Batch *b)
  * offsets, record its latencies and publish its counters.
  */
 void
-sdp_account_batch(FlowWorker *w, Batch *b, int64 *new_next, int64 decode_dead)
+sdp_batch_account(FlowWorker *w, Batch *b)
 {
 	int64		commit_us = sdp_unix_now_us();
+	TimestampTz now = GetCurrentTimestamp();
+	int			ndead = list_length(b->dead);
+	int64		filtered;
 
-	/* The batch is durable (as synchronous_commit says): account for it. */
-	memcpy(w->next_offset, new_next, sizeof(int64) * w->npartitions);
+	memcpy(w->next_offset, b->next, sizeof(int64) * w->npartitions);
 	for (int i = 0; i < b->nmsgs; i++)
 	{
 		int64		ts;
@@ -563,20 +448,28 @@ sdp_account_batch(FlowWorker *w, Batch *b, int64 *new_next, int64 decode_dead)
 						   (b->read_us - ts * 1000) / 1000.0,
 						   (commit_us - ts * 1000) / 1000.0);
 	}
-	sdp_metrics_batch(&w->metrics, b->nmsgs, b->rows_written, (commit_us - b->read_us) / 1000.0);
+	if (b->nmsgs > 0)
+		sdp_metrics_batch(&w->metrics, b->nmsgs, b->rows_written, (commit_us - b->read_us) / 1000.0);
+	filtered = Max(0, b->nrows - b->rows_skipped - (ndead - b->ndead_decode) - b->rows_out);
 
 	SpinLockAcquire(&w->slot->mutex);
 	w->slot->messages_read += b->nmsgs;
 	w->slot->rows_written += b->rows_written;
-	w->slot->rows_filtered += Max(0, b->nrows - b->rows_skipped - (list_length(b->dead) - decode_dead) - b->rows_out);
+	w->slot->rows_filtered += filtered;
 	if (w->opts.on_error == SDP_ON_ERROR_SKIP)
-		w->slot->rows_skipped += b->rows_skipped + list_length(b->dead);
+		w->slot->rows_skipped += b->rows_skipped + ndead;
 	else
-		w->slot->rows_dead_lettered += list_length(b->dead);
+	{
+		w->slot->rows_skipped += b->rows_skipped;
+		w->slot->rows_dead_lettered += ndead;
+	}
 	w->slot->rows_late += b->rows_late;
-	w->slot->batches++;
-	w->slot->last_commit_at = GetCurrentTimestamp();
-	for (int i = 0; i < w->npartitions && i < SDP_MAX_PARTITIONS; i++)
-		w->slot->partitions[i].committed = w->next_offset[i];
+	if (b->nmsgs > 0)
+		w->slot->batches++;
+	if (b->nmsgs > 0 || b->rows_written > 0)
+		w->slot->last_commit_at = now;
 	SpinLockRelease(&w->slot->mutex);
+	sdp_publish_committed(w);
+	if (w->op)
+		sdp_stateful_publish(w, b->checkpointed);
 }

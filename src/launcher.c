@@ -21,7 +21,7 @@
 #include "utils/timestamp.h"
 
 #include "flow.h"
-#include "worker.h"
+#include "worker_args.h"
 #include "catalog/pg_extension.h"
 #include "commands/extension.h"
 #include "miscadmin.h"

@@ -10,7 +10,14 @@
  *	catalog.c		reads and writes the sdp.* catalog tables on the extension's behalf
  *	api.c			SQL-callable declaration functions (sources and flows)
  *	status.c		SQL-callable monitoring (flow status, progress)
- *	worker.c		the flow worker: poll, decode, transform, operate, write, commit
+ *	worker.c		the flow worker's life and loop (worker_args.h: what the launcher passes it)
+ *	batch.c			one batch's pipeline: decode, transform, operate, write, offsets, commit
+ *	isolate.c		finding a failed stage's bad messages or rows by halving
+ *	dead_letter.c	messages and rows set aside; sdp.dead_letters
+ *	offsets.c		partition assignment and the offsets stored with the rows
+ *	stateful.c		the operator stage, event time, checkpoints and restore
+ *	operator.c		the stateful operator interface; operators/ holds the operators
+ *	state_store.c	keyed operator state in shared memory (DSA + dshash)
  *	kafka_source.c	librdkafka consumer of one flow
  *	json_decode.c	JSON payload -> tuple of the flow's input schema
  *	input_schema.c	the declared input schema and the relation "input"
@@ -205,8 +212,5 @@ sdp_timestamp_text(TimestampTz t)
 /* launcher.c */
 extern void sdp_register_launcher(void);
 extern PGDLLEXPORT void sdp_launcher_main(Datum main_arg);
-
-/* worker.c */
-extern PGDLLEXPORT void sdp_flow_worker_main(Datum main_arg);
 
 #endif							/* SDP_H */

@@ -176,7 +176,12 @@ sdp_state_open_key(SdpStateStore *store, const char *key, bool create, SdpKeySta
 	ks->key = key;
 	ks->created = false;
 	if (create)
+	{
+		/* an out of memory raised in here is the store's limit (dsa_set_size_limit) */
+		store->allocating = true;
 		ks->entry = dshash_find_or_insert(store->table, buf, &found);
+		store->allocating = false;
+	}
 	else
 		ks->entry = dshash_find(store->table, buf, !store->writer ? false : true);
 	if (ks->entry && !found)

@@ -72,6 +72,8 @@ typedef struct SdpStateStore
 	size_t		map_bytes;		/* writer only */
 	/* writer only: keys changed or deleted since the last checkpoint */
 	HTAB	   *dirty;
+	/* writer only: inside a dshash call that allocates (left set if it raised) */
+	bool		allocating;
 } SdpStateStore;
 
 /* A key's state while an operator works on it (its dshash entry is locked). */
@@ -117,5 +119,12 @@ extern bool sdp_state_remove_timer(SdpKeyState *ks, SdpTimeKind kind, int64 when
 extern bytea *sdp_state_serialize(SdpStateStore *store, SdpStateEntry *entry);
 extern void sdp_state_restore(SdpStateStore *store, const char *key, bytea *blob);
 extern void sdp_state_mark_dirty(SdpStateStore *store, const char *key);
+
+/* Whether the last error was raised by dshash allocating within the store's limit. */
+static inline bool
+sdp_state_allocating(SdpStateStore *store)
+{
+	return store != NULL && store->allocating;
+}
 
 #endif							/* SDP_STATE_STORE_H */

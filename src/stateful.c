@@ -1,23 +1,26 @@
 /*
  * stateful.c
- *		A flow's stateful operator in the worker: the batch path through the
- *		operator, timers without input, checkpoints and their restore.
+ *		A flow's stateful operator in the worker: the operator stage of the
+ *		batch pipeline (batch.c), event time, checkpoints and their restore.
  *
- * A batch of a stateful flow: decode -> transform (bad messages isolated,
- * as for stateless flows) -> the operator handles the rows by key and its
- * due timers fire -> the emitted rows are written (bad rows isolated) ->
- * offsets, and every checkpoint_interval the changed state with the offsets
- * it corresponds to -> commit.
+ * The operator stage hands the transform's rows to the operator by key,
+ * advances the watermark with the batch's event times, and fires the due
+ * timers; what the operator emits is written by the pipeline.  Operator
+ * state is in shared memory and does not roll back with a transaction: once
+ * this stage has run, a failed batch ends the worker (SDP_BATCH_RESTART),
+ * and the new worker restores the last checkpoint and replays the messages
+ * after it.
  *
- * Operator state is in shared memory and is not rolled back with a
- * transaction.  So once the operator has run, a batch can no longer be
- * retried in place: an error after that point ends the worker, which the
- * launcher restarts; the new worker restores the last checkpoint and
- * replays the messages after it.  Emissions are upserts on the target's key,
- * so replaying them does not duplicate results, and dead letters are unique
- * per message, so replaying does not duplicate them either.
+ * Every checkpoint_interval the keys changed since the last checkpoint are
+ * written to sdp.state_checkpoints in the batch's transaction, with the
+ * offsets they correspond to (sdp.offsets.state_offset) and the watermark.
+ * A stateful flow stores its offsets only there: it restarts from its
+ * checkpoint, not from its last batch.
  */
-#include "worker.h"
+#include "stateful.h"
+
+#include "dead_letter.h"
+#include "offsets.h"
 
 #include "access/xact.h"
 #include "catalog/pg_type.h"
@@ -54,7 +57,7 @@ build_operator_transform(FlowWorker *w)
  * descriptors of the rows it receives and emits.
  */
 void
-sdp_stateful_start(FlowWorker *w, Relation target)
+sdp_stateful_start(FlowWorker *w)
 {
 	dsa_handle	area;
 	dshash_table_handle table;
@@ -264,16 +267,18 @@ sdp_stateful_prepare_plans(FlowWorker *w)
 	SPI_keepplan(w->checkpoint_offsets_plan);
 }
 
-static void
-publish_state_stats(FlowWorker *w, bool checkpointed)
+/* Show the state's size, timers fired and the last checkpoint in the slot. */
+void
+sdp_stateful_publish(FlowWorker *w, bool checkpointed)
 {
 	size_t		bytes = sdp_state_memory(w->store);
+	TimestampTz now = checkpointed ? GetCurrentTimestamp() : 0;
 
 	SpinLockAcquire(&w->slot->mutex);
 	w->slot->state_bytes = bytes;
 	w->slot->timers_fired = w->opctx->timers_fired;
 	if (checkpointed)
-		w->slot->last_checkpoint_at = GetCurrentTimestamp();
+		w->slot->last_checkpoint_at = now;
 	SpinLockRelease(&w->slot->mutex);
 }
 
@@ -337,7 +342,7 @@ sdp_stateful_restore(FlowWorker *w)
 	SPI_finish();
 	CommitTransactionCommand();
 	sdp_operator_index_timers(w->opctx);
-	publish_state_stats(w, false);
+	sdp_stateful_publish(w, false);
 	if (nkeys > 0)
 		ereport(LOG,
 				(errmsg("sdp flow \"%s\" restored the state of %llu keys from its checkpoint",
@@ -457,167 +462,6 @@ checkpoint_needed(FlowWorker *w)
 	return w->offsets_moved || hash_get_num_entries(w->store->dirty) > 0;
 }
 
-/* An emitted row as JSON text, for its dead letter. */
-static char *
-row_as_json(TupleDesc desc, HeapTuple row)
-{
-	StringInfoData buf;
-
-	initStringInfo(&buf);
-	appendStringInfoChar(&buf, '{');
-	for (int i = 0; i < desc->natts; i++)
-	{
-		bool		isnull;
-		Datum		d = heap_getattr(row, i + 1, desc, &isnull);
-		Oid			typout;
-		bool		varlena;
-
-		if (i > 0)
-			appendStringInfoString(&buf, ", ");
-		escape_json(&buf, NameStr(TupleDescAttr(desc, i)->attname));
-		appendStringInfoString(&buf, ": ");
-		if (isnull)
-			appendStringInfoString(&buf, "null");
-		else
-		{
-			getTypeOutputInfo(TupleDescAttr(desc, i)->atttypid, &typout, &varlena);
-			escape_json(&buf, OidOutputFunctionCall(typout, d));
-		}
-	}
-	appendStringInfoChar(&buf, '}');
-	return buf.data;
-}
-
-/*
- * Write emitted rows [lo, hi); on a data error split the range in
- * subtransactions until the bad rows are alone, and set them aside.
- * Returns false if on_error = fail met one (*fail_message set).
- */
-typedef struct EmittedStep
-{
-	FlowWorker *w;
-	Batch	   *b;
-	HeapTuple  *rows;
-	int			lo;
-	int			hi;
-} EmittedStep;
-
-static void
-emitted_step(void *arg)
-{
-	EmittedStep *e = arg;
-
-	e->b->rows_written += sdp_sink_write(&e->w->sink, e->rows + e->lo, e->hi - e->lo);
-}
-
-static bool
-write_emitted(FlowWorker *w, Batch *b, HeapTuple *rows, int lo, int hi, char **fail_message)
-{
-	EmittedStep step = {w, b, rows, lo, hi};
-	ErrorData  *edata;
-
-	if (hi <= lo)
-		return true;
-	edata = sdp_run_isolated(emitted_step, &step);
-	if (edata == NULL)
-		return true;
-	if (hi - lo > 1)
-	{
-		int			mid = lo + (hi - lo) / 2;
-
-		return write_emitted(w, b, rows, lo, mid, fail_message) &&
-			write_emitted(w, b, rows, mid, hi, fail_message);
-	}
-	if (w->opts.on_error == SDP_ON_ERROR_FAIL)
-	{
-		*fail_message = psprintf("write of the operator's row %s: %s",
-								 row_as_json(w->sink.row_desc, rows[lo]), edata->message);
-		return false;
-	}
-	if (w->opts.on_error == SDP_ON_ERROR_SKIP)
-		b->rows_skipped++;
-	else
-	{
-		DeadLetter *dl = palloc0(sizeof(DeadLetter));
-
-		dl->stage = "write";
-		dl->error = pstrdup(edata->message);
-		dl->sqlstate = edata->sqlerrcode;
-		dl->row_text = row_as_json(w->sink.row_desc, rows[lo]);
-		b->dead = lappend(b->dead, dl);
-	}
-	return true;
-}
-
-/* Transform rows [lo, hi) in a subtransaction, splitting around bad messages; outputs are appended. */
-typedef struct TransformStep
-{
-	FlowWorker *w;
-	Batch	   *b;
-	int			lo;
-	int			hi;
-	HeapTuple  *res;
-	int			nres;
-} TransformStep;
-
-static void
-transform_step(void *arg)
-{
-	TransformStep *t = arg;
-
-	t->nres = sdp_transform_run(&t->w->transform, t->b->rows + t->lo, t->hi - t->lo, &t->res);
-	sdp_operator_check_rows(t->w->opctx, t->res, t->nres);
-}
-
-static bool
-transform_isolating(FlowWorker *w, Batch *b, int lo, int hi, HeapTuple **out, int *nout, char **fail_message)
-{
-	TransformStep step = {w, b, lo, hi, NULL, 0};
-	ErrorData  *edata = sdp_run_isolated(transform_step, &step);
-	HeapTuple  *res = step.res;
-	int			nres = step.nres;
-
-	if (edata == NULL)
-	{
-		/* the rows stay valid until SPI_finish */
-		*out = repalloc(*out, sizeof(HeapTuple) * (*nout + nres + 1));
-		memcpy(*out + *nout, res, sizeof(HeapTuple) * nres);
-		*nout += nres;
-		return true;
-	}
-	if (hi - lo > 1)
-	{
-		int			mid = lo + (hi - lo) / 2;
-
-		return transform_isolating(w, b, lo, mid, out, nout, fail_message) &&
-			transform_isolating(w, b, mid, hi, out, nout, fail_message);
-	}
-	else
-	{
-		rd_kafka_message_t *m = b->msgs[b->row_msg[lo]];
-
-		if (w->opts.on_error == SDP_ON_ERROR_FAIL)
-		{
-			*fail_message = psprintf("transform of partition %d offset %lld: %s",
-									 m->partition, (long long) m->offset, edata->message);
-			return false;
-		}
-		if (w->opts.on_error == SDP_ON_ERROR_SKIP)
-			b->rows_skipped++;
-		else
-		{
-			DeadLetter *dl = palloc0(sizeof(DeadLetter));
-
-			dl->msg = m;
-			dl->stage = "transform";
-			dl->error = pstrdup(edata->message);
-			dl->sqlstate = edata->sqlerrcode;
-			b->dead = lappend(b->dead, dl);
-		}
-	}
-	return true;
-}
-
 /* Messages the operator rejected (late events): one dead letter each, stage 'late'. */
 static void
 set_aside_rejected(FlowWorker *w, Batch *b)
@@ -647,29 +491,30 @@ set_aside_rejected(FlowWorker *w, Batch *b)
 			continue;			/* late for several windows: set aside once */
 		b->rows_late++;
 		if (w->opts.on_error != SDP_ON_ERROR_SKIP)
-		{
-			DeadLetter *dl = palloc0(sizeof(DeadLetter));
-
-			dl->msg = m;
-			dl->stage = "late";
-			dl->error = r->reason;
-			dl->sqlstate = ERRCODE_DATA_EXCEPTION;
-			b->dead = lappend(b->dead, dl);
-		}
+			sdp_dead_letter_add(b, m, "late", r->reason, ERRCODE_DATA_EXCEPTION);
 	}
 	w->opctx->rejected = NIL;
 }
 
+/* Before the operator stage: the transform's rows must fit the operator (a data error sets the message aside). */
+void
+sdp_stateful_check_rows(FlowWorker *w, HeapTuple *rows, int n)
+{
+	sdp_operator_check_rows(w->opctx, rows, n);
+}
+
 /*
- * Run the operator over the transform's rows and the due timers, then write
- * what it emitted.  From here on the state has changed.
+ * The operator stage: the transform's rows by key, then the batch's event
+ * times move the watermark, then due timers fire.  Returns the rows the
+ * operator emitted (in the batch's memory).  From here on the state has
+ * changed.
  */
-static bool
-operate_and_write(FlowWorker *w, Batch *b, HeapTuple *rows, int nrows, char **fail_message)
+int
+sdp_stateful_operate(FlowWorker *w, Batch *b, HeapTuple *rows, int nrows, HeapTuple **emitted)
 {
 	SdpOperatorContext *ctx = w->opctx;
-	HeapTuple  *emitted;
-	int			nemitted = 0;
+	HeapTuple  *out;
+	int			nout = 0;
 	ListCell   *lc;
 
 	w->state_mutated = true;
@@ -686,180 +531,53 @@ operate_and_write(FlowWorker *w, Batch *b, HeapTuple *rows, int nrows, char **fa
 	if (ctx->rejected != NIL)
 		set_aside_rejected(w, b);
 
-	emitted = palloc(sizeof(HeapTuple) * (list_length(ctx->emitted) + 1));
+	out = palloc(sizeof(HeapTuple) * (list_length(ctx->emitted) + 1));
 	foreach(lc, ctx->emitted)
-		emitted[nemitted++] = lfirst(lc);
+		out[nout++] = lfirst(lc);
 	ctx->emitted = NIL;
-	return write_emitted(w, b, emitted, 0, nemitted, fail_message);
+	*emitted = out;
+	return nout;
 }
 
-typedef enum StatefulOutcome
+/* The offsets stage of a stateful flow: a checkpoint, with the offsets, when one is due. */
+void
+sdp_stateful_checkpoint_if_due(FlowWorker *w, Batch *b)
 {
-	STATEFUL_COMMITTED,
-	STATEFUL_DATA_ERROR,		/* before the operator: retry isolating bad messages */
-	STATEFUL_FAILED				/* on_error = fail met a bad message */
-} StatefulOutcome;
-
-static StatefulOutcome
-stateful_attempt(FlowWorker *w, Batch *b, bool isolate, int64 *new_next, char **fail_message)
-{
-	MemoryContext cxt = CurrentMemoryContext;
-	volatile StatefulOutcome outcome = STATEFUL_COMMITTED;
-
-	b->rows_out = 0;
-	b->rows_written = 0;
-	b->rows_skipped = 0;
-	b->rows_late = 0;
-
-	sdp_start_transaction();
-	PG_TRY();
+	if (b->nmsgs > 0)
+		w->offsets_moved = true;
+	if (checkpoint_due(w, GetCurrentTimestamp()) && checkpoint_needed(w))
 	{
-		HeapTuple  *rows;
-		int			nrows = 0;
-
-		SPI_connect();
-		MemoryContextSwitchTo(cxt);
-		PushActiveSnapshot(GetTransactionSnapshot());
-		if (!b->decoded)
-		{
-			sdp_decode_batch(w, b);
-			b->decoded = true;
-			b->ndead_decode = list_length(b->dead);
-		}
-		if (b->ndead_decode > 0 && w->opts.on_error == SDP_ON_ERROR_FAIL)
-		{
-			DeadLetter *dl = linitial(b->dead);
-
-			*fail_message = psprintf("decode of partition %d offset %lld: %s", dl->msg->partition,
-									 (long long) dl->msg->offset, dl->error);
-			outcome = STATEFUL_FAILED;
-		}
-		else
-		{
-			if (!isolate)
-			{
-				nrows = sdp_transform_run(&w->transform, b->rows, b->nrows, &rows);
-				sdp_operator_check_rows(w->opctx, rows, nrows);
-			}
-			else
-			{
-				rows = palloc(sizeof(HeapTuple));
-				if (b->nrows > 0 && !transform_isolating(w, b, 0, b->nrows, &rows, &nrows, fail_message))
-					outcome = STATEFUL_FAILED;
-			}
-			b->rows_out = nrows;
-			if (outcome == STATEFUL_COMMITTED &&
-				!operate_and_write(w, b, rows, nrows, fail_message))
-				outcome = STATEFUL_FAILED;
-		}
-		if (outcome == STATEFUL_COMMITTED)
-		{
-			sdp_write_dead_letters(w, b);
-			sdp_notify_rows(w, b->rows_written);
-			sdp_next_offsets(w, b, new_next);
-			if (b->nmsgs > 0)
-				w->offsets_moved = true;
-			if (checkpoint_due(w, GetCurrentTimestamp()))
-			{
-				write_checkpoint(w, new_next);
-				publish_state_stats(w, true);
-			}
-		}
-		PopActiveSnapshot();
-		SPI_finish();
-		if (outcome == STATEFUL_COMMITTED)
-			CommitTransactionCommand();
-		else
-			AbortCurrentTransaction();
+		write_checkpoint(w, b->next);
+		b->checkpointed = true;
 	}
-	PG_CATCH();
-	{
-		ErrorData  *edata;
-
-		MemoryContextSwitchTo(cxt);
-		edata = CopyErrorData();
-		if (isolate || w->state_mutated || !sdp_is_data_error(edata->sqlerrcode))
-			PG_RE_THROW();
-		FlushErrorState();
-		AbortCurrentTransaction();
-		outcome = STATEFUL_DATA_ERROR;
-	}
-	PG_END_TRY();
-	MemoryContextSwitchTo(cxt);
-	if (outcome != STATEFUL_COMMITTED)
-		b->dead = list_truncate(b->dead, b->ndead_decode);
-	return outcome;
 }
 
 /*
- * An error after the operator changed the state: the batch cannot be
- * retried in place.  A full state fails the flow; anything else ends the
- * worker, to be restarted from its last checkpoint.
+ * Whether the operator has work without input: a due timer (the watermark
+ * is moved first, so idle partitions stop holding it back), or changed
+ * state to checkpoint.
  */
-static void
-state_error(FlowWorker *w, ErrorData *edata)
+bool
+sdp_stateful_work_due(FlowWorker *w, TimestampTz now)
 {
-	if (edata->sqlerrcode == ERRCODE_CONFIGURATION_LIMIT_EXCEEDED ||
-		edata->sqlerrcode == ERRCODE_OUT_OF_MEMORY)
-		sdp_worker_fail(w, psprintf("state of the flow exceeds its state_memory_limit of %zu kB: %s",
-									w->state_limit / 1024, edata->message));
-	ereport(LOG,
-			(errmsg("sdp flow \"%s\" restarts from its last checkpoint after an error in its operator step: %s",
-					w->args.name, edata->message)));
-	sdp_worker_set_error(w, edata->message);
-	proc_exit(1);
+	advance_watermark(w, now);
+	return sdp_operator_next_timer(w->opctx, SDP_PROCESSING_TIME) <= now ||
+		sdp_operator_next_timer(w->opctx, SDP_EVENT_TIME) <= w->opctx->watermark ||
+		(checkpoint_due(w, now) && checkpoint_needed(w));
 }
 
-/* A batch of a stateful flow, to its commit (or the worker's end). */
-void
-sdp_stateful_process_batch(FlowWorker *w, Batch *b, int64 *new_next)
+/*
+ * Whether an error of the operator stage is the state outgrowing its
+ * limit (the flow fails: restarting would hit it again), as opposed to
+ * anything else, a process out of memory included (the worker restarts).
+ * The state store raises its own error past the limit; an allocation inside
+ * dshash past it raises a plain out of memory, which the store flags.
+ */
+bool
+sdp_stateful_limit_error(FlowWorker *w, ErrorData *edata)
 {
-	char	   *fail_message = NULL;
-
-	for (;;)
-	{
-		MemoryContext cxt = CurrentMemoryContext;
-		volatile StatefulOutcome outcome = STATEFUL_COMMITTED;
-		ErrorData  *volatile retry = NULL;
-
-		PG_TRY();
-		{
-			outcome = stateful_attempt(w, b, false, new_next, &fail_message);
-			if (outcome == STATEFUL_DATA_ERROR)
-				outcome = stateful_attempt(w, b, true, new_next, &fail_message);
-		}
-		PG_CATCH();
-		{
-			MemoryContextSwitchTo(cxt);
-			retry = CopyErrorData();
-			FlushErrorState();
-			AbortCurrentTransaction();
-			MemoryContextSwitchTo(cxt);
-		}
-		PG_END_TRY();
-
-		if (retry == NULL)
-		{
-			w->state_mutated = false;
-			if (outcome == STATEFUL_FAILED)
-				sdp_worker_fail(w, fail_message);
-			publish_state_stats(w, false);
-			return;
-		}
-		if (w->state_mutated)
-			state_error(w, retry);
-
-		/* before the operator ran: wait and try the same batch again */
-		sdp_worker_set_error(w, psprintf("batch of %d messages not written, retrying: %s",
-										 b->nmsgs, retry->message));
-		ereport(LOG, (errmsg("sdp flow \"%s\": batch not written, retrying: %s", w->args.name, retry->message)));
-		w->error_backoff_ms = Min(Max(w->error_backoff_ms * 2, 100), 30000);
-		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 w->error_backoff_ms, PG_WAIT_EXTENSION);
-		ResetLatch(MyLatch);
-		CHECK_FOR_INTERRUPTS();
-		b->dead = list_truncate(b->dead, b->ndead_decode);
-	}
+	return edata->sqlerrcode == ERRCODE_CONFIGURATION_LIMIT_EXCEEDED ||
+		(edata->sqlerrcode == ERRCODE_OUT_OF_MEMORY && sdp_state_allocating(w->store));
 }
 
 /* When the worker must wake for its operator without input: a timer, or a checkpoint of changed state. */
@@ -876,73 +594,3 @@ sdp_stateful_next_wakeup(FlowWorker *w)
 	return next;
 }
 
-/* Without input: fire due processing-time timers, write what they emit, checkpoint if due. */
-void
-sdp_stateful_tick(FlowWorker *w)
-{
-	TimestampTz now = GetCurrentTimestamp();
-	MemoryContext cxt = CurrentMemoryContext;
-	bool		timers_due;
-	bool		checkpoint = checkpoint_due(w, now) && checkpoint_needed(w);
-	Batch		b;
-	char	   *fail_message = NULL;
-	volatile bool failed = false;
-	ErrorData  *volatile edata = NULL;
-
-	advance_watermark(w, now);	/* idle partitions stop holding it back */
-	timers_due = sdp_operator_next_timer(w->opctx, SDP_PROCESSING_TIME) <= now ||
-		sdp_operator_next_timer(w->opctx, SDP_EVENT_TIME) <= w->opctx->watermark;
-
-	if (!timers_due && !checkpoint)
-		return;
-	memset(&b, 0, sizeof(b));
-	MemoryContextSwitchTo(w->batch_cxt);
-	PG_TRY();
-	{
-		sdp_start_transaction();
-		SPI_connect();
-		MemoryContextSwitchTo(w->batch_cxt);
-		PushActiveSnapshot(GetTransactionSnapshot());
-		pgstat_report_activity(STATE_RUNNING, "sdp: timers");
-		if (timers_due && !operate_and_write(w, &b, NULL, 0, &fail_message))
-			failed = true;
-		if (!failed)
-		{
-			sdp_write_dead_letters(w, &b);
-			sdp_notify_rows(w, b.rows_written);
-			if (checkpoint_due(w, now))
-				write_checkpoint(w, w->next_offset);
-		}
-		PopActiveSnapshot();
-		SPI_finish();
-		if (!failed)
-			CommitTransactionCommand();
-		else
-			AbortCurrentTransaction();
-	}
-	PG_CATCH();
-	{
-		MemoryContextSwitchTo(w->batch_cxt);
-		edata = CopyErrorData();
-		FlushErrorState();
-		AbortCurrentTransaction();
-	}
-	PG_END_TRY();
-	MemoryContextSwitchTo(cxt);
-
-	if (edata)
-		state_error(w, edata);
-	if (failed)
-		sdp_worker_fail(w, fail_message);
-	w->state_mutated = false;
-	SpinLockAcquire(&w->slot->mutex);
-	w->slot->rows_written += b.rows_written;
-	w->slot->rows_dead_lettered += list_length(b.dead);
-	w->slot->rows_skipped += b.rows_skipped;
-	if (b.rows_written > 0)
-		w->slot->last_commit_at = GetCurrentTimestamp();
-	SpinLockRelease(&w->slot->mutex);
-	publish_state_stats(w, checkpoint);
-	pgstat_report_activity(STATE_IDLE, NULL);
-	MemoryContextReset(w->batch_cxt);
-}

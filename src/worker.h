@@ -1,13 +1,22 @@
 /*
  * worker.h
- *		The flow worker's internals, shared by worker.c (its life and loop),
- *		batch.c (a batch, from decode to commit) and stateful.c (operators,
- *		checkpoints and timers).  Also what the launcher passes to a worker.
+ *		The flow worker's state, shared by the modules of its batch path:
+ *
+ *	worker.c		its life and its loop: start, load, wait, retry, fail, restart
+ *	batch.c			the pipeline of one batch: decode -> transform -> operator ->
+ *					write -> dead letters and notify -> offsets -> commit
+ *	isolate.c		finding the bad messages (or rows) of a failed stage by halving
+ *	dead_letter.c	setting a message or row aside, and writing sdp.dead_letters
+ *	offsets.c		partition assignment and the offsets stored with the rows
+ *	stateful.c		the operator stage, event time, checkpoints and their restore
+ *
+ * The launcher sees none of this: it includes worker_args.h.
  */
 #ifndef SDP_WORKER_H
 #define SDP_WORKER_H
 
 #include "sdp.h"
+#include "worker_args.h"
 
 #include <librdkafka/rdkafka.h>
 
@@ -20,18 +29,6 @@
 #include "operator.h"
 #include "pipeline.h"
 #include "state_store.h"
-
-/* Passed in BackgroundWorker.bgw_extra (at most BGW_EXTRALEN bytes). */
-typedef struct SdpWorkerArgs
-{
-	int			slotno;
-	Oid			dboid;
-	Oid			owner;
-	int64		flow_id;
-	char		name[NAMEDATALEN];
-} SdpWorkerArgs;
-
-StaticAssertDecl(sizeof(SdpWorkerArgs) <= 128, "SdpWorkerArgs must fit in bgw_extra");
 
 /* A message set aside: where it came from and why. */
 typedef struct DeadLetter
@@ -59,6 +56,8 @@ typedef struct Batch
 	int64		read_us;		/* Unix time (us) when the batch was taken */
 	bool		decoded;		/* decoding happens once, in the first attempt */
 	int			ndead_decode;	/* the first entries of dead are decode failures */
+	int64	   *next;			/* per assigned partition: next offset once committed */
+	bool		checkpointed;	/* a stateful flow's checkpoint committed with it */
 } Batch;
 
 typedef struct FlowWorker
@@ -131,27 +130,7 @@ typedef struct FlowWorker
 /* worker.c */
 extern int64 sdp_unix_now_us(void);
 extern void sdp_worker_set_error(FlowWorker *w, const char *message);
-extern void sdp_worker_fail(FlowWorker *w, const char *message) pg_attribute_noreturn();
-extern void sdp_store_offsets(FlowWorker *w, int n, const int32 *partitions, const int64 *offsets, bool fresh);
-
-/* batch.c */
-extern bool sdp_is_data_error(int sqlerrcode);
-extern ErrorData *sdp_run_isolated(void (*step) (void *arg), void *arg);
-extern void sdp_decode_batch(FlowWorker *w, Batch *b);
-extern void sdp_write_dead_letters(FlowWorker *w, Batch *b);
-extern void sdp_write_batch_offsets(FlowWorker *w, Batch *b, int64 *new_next);
-extern void sdp_next_offsets(FlowWorker *w, Batch *b, int64 *new_next);
-extern void sdp_notify_rows(FlowWorker *w, int64 rows);
-extern void sdp_process_batch(FlowWorker *w, Batch *b);
-extern void sdp_account_batch(FlowWorker *w, Batch *b, int64 *new_next, int64 decode_dead);
-
-/* stateful.c */
-extern void sdp_stateful_start(FlowWorker *w, Relation target);
-extern void sdp_stateful_prepare_plans(FlowWorker *w);
-extern void sdp_stateful_restore(FlowWorker *w);
-extern void sdp_stateful_process_batch(FlowWorker *w, Batch *b, int64 *new_next);
-extern void sdp_stateful_tick(FlowWorker *w);
-extern void sdp_stateful_reload_if_changed(FlowWorker *w);
-extern TimestampTz sdp_stateful_next_wakeup(FlowWorker *w);
+extern void sdp_worker_set_broker(FlowWorker *w, bool ok, const char *error);
+extern void sdp_worker_wait(FlowWorker *w, long timeout_ms);
 
 #endif							/* SDP_WORKER_H */

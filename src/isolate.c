@@ -1,0 +1,98 @@
+/*
+ * isolate.c
+ *		Finding the bad units of a failed stage by halving.
+ *
+ * When a stage of a batch (the transform, the write) raises a data error,
+ * the batch is not lost: the stage is run again over its units (messages,
+ * or the operator's emitted rows) in subtransactions, and a range that
+ * fails is split in two until each bad unit is alone.  The caller's 'bad'
+ * callback sets that unit aside (dead letter, skip, or fail the flow); the
+ * good ranges stay committed in the batch's transaction.
+ *
+ * Errors that are not about the data (a missing table, a revoked privilege,
+ * a full disk) are not isolated: they propagate and abort the whole batch,
+ * which the worker retries with backoff.
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "executor/spi.h"
+#include "utils/memutils.h"
+#include "utils/resowner.h"
+
+#include "isolate.h"
+#include "pipeline.h"
+
+/* Errors worth isolating to one unit: the data was wrong, not the world. */
+bool
+sdp_is_data_error(int sqlerrcode)
+{
+	int			category = ERRCODE_TO_CATEGORY(sqlerrcode);
+
+	return category == ERRCODE_DATA_EXCEPTION ||
+		category == ERRCODE_INTEGRITY_CONSTRAINT_VIOLATION ||
+		category == ERRCODE_CARDINALITY_VIOLATION ||
+		category == ERRCODE_WITH_CHECK_OPTION_VIOLATION ||
+		category == ERRCODE_SQL_ROUTINE_EXCEPTION ||
+		category == ERRCODE_EXTERNAL_ROUTINE_INVOCATION_EXCEPTION ||
+		sqlerrcode == ERRCODE_RAISE_EXCEPTION;
+}
+
+/*
+ * Run step(arg, lo, hi) in a subtransaction.  Returns NULL when it
+ * committed, or the data error that rolled it back (in the caller's memory
+ * context).  Other errors propagate.
+ */
+static ErrorData *
+run_in_subtransaction(SdpIsolateStep step, void *arg, int lo, int hi)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
+	ErrorData  *volatile edata = NULL;
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(cxt);
+	PG_TRY();
+	{
+		step(arg, lo, hi);
+		ReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+	}
+	PG_CATCH();
+	{
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+		/* a registration left behind by the failed statement */
+		(void) SPI_unregister_relation(SDP_INPUT_RELATION);
+		(void) SPI_unregister_relation(SDP_OUTPUT_RELATION);
+		if (!sdp_is_data_error(edata->sqlerrcode))
+			ReThrowError(edata);
+	}
+	PG_END_TRY();
+	return edata;
+}
+
+/*
+ * Run the stage over units [lo, hi), setting aside each unit that fails
+ * alone.  Returns false as soon as 'bad' says stop.
+ */
+bool
+sdp_isolate(SdpIsolateStep step, SdpIsolateBad bad, void *arg, int lo, int hi)
+{
+	ErrorData  *edata;
+
+	if (hi <= lo)
+		return true;
+	edata = run_in_subtransaction(step, arg, lo, hi);
+	if (edata == NULL)
+		return true;
+	if (hi - lo == 1)
+		return bad(arg, lo, edata);
+	return sdp_isolate(step, bad, arg, lo, lo + (hi - lo) / 2) &&
+		sdp_isolate(step, bad, arg, lo + (hi - lo) / 2, hi);
+}

@@ -1,0 +1,19 @@
+/*
+ * isolate.h
+ *		Finding the bad units (messages or emitted rows) of a failed stage.
+ */
+#ifndef SDP_ISOLATE_H
+#define SDP_ISOLATE_H
+
+#include "postgres.h"
+
+/* Run the stage over units [lo, hi); raise on error.  Runs in a subtransaction. */
+typedef void (*SdpIsolateStep) (void *arg, int lo, int hi);
+
+/* Unit i alone failed with edata: set it aside.  false stops (on_error = fail). */
+typedef bool (*SdpIsolateBad) (void *arg, int i, ErrorData *edata);
+
+extern bool sdp_is_data_error(int sqlerrcode);
+extern bool sdp_isolate(SdpIsolateStep step, SdpIsolateBad bad, void *arg, int lo, int hi);
+
+#endif							/* SDP_ISOLATE_H */

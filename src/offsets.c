@@ -1,0 +1,267 @@
+/*
+ * offsets.c
+ *		A worker's partitions, and the offsets it stores with its rows.
+ *
+ * sdp.offsets has one row per (flow, partition): next_offset, the next
+ * message to read, committed in the same transaction as the rows of the
+ * messages before it, which is what makes a flow exactly-once; and
+ * state_offset, where a stateful flow's checkpointed state stands (it
+ * resumes from there).  A partition is assigned from its stored offset, or,
+ * the first time, from the topic's start or end (starting_offsets), which is
+ * then stored at once so a restart before the first message resumes from
+ * the same place.
+ *
+ * The slot in shared memory shows the assigned partitions, their committed
+ * offsets and the broker's high watermarks (for lag in sdp.flow_status).
+ */
+#include "offsets.h"
+
+#include "catalog/pg_type.h"
+#include "utils/array.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+
+/* The statements on sdp.offsets (in a catalog scope, with SPI connected). */
+void
+sdp_offsets_prepare(FlowWorker *w)
+{
+	Oid			types[3] = {INT8OID, INT4ARRAYOID, INT8ARRAYOID};
+
+	/* offsets rows exist for every assigned partition (sdp_assign_partitions), so a batch updates them */
+	w->offsets_plan = SPI_prepare("UPDATE sdp.offsets o SET next_offset = u.o, updated_at = now() "
+								  "FROM unnest($2, $3) AS u(p, o) "
+								  "WHERE o.flow_id = $1 AND o.partition = u.p",
+								  3, types);
+	/* a new partition's state_offset starts where the partition starts, with no state */
+	w->offsets_insert_plan = SPI_prepare("INSERT INTO sdp.offsets AS o (flow_id, partition, next_offset, state_offset, updated_at) "
+										 "SELECT $1, u.p, u.o, u.o, now() FROM unnest($2, $3) AS u(p, o) "
+										 "ON CONFLICT (flow_id, partition) DO UPDATE "
+										 "SET next_offset = EXCLUDED.next_offset, updated_at = EXCLUDED.updated_at",
+										 3, types);
+	if (w->offsets_plan == NULL || w->offsets_insert_plan == NULL)
+		elog(ERROR, "could not prepare the offsets statements: %s", SPI_result_code_string(SPI_result));
+	SPI_keepplan(w->offsets_plan);
+	SPI_keepplan(w->offsets_insert_plan);
+}
+
+/*
+ * Store the next offsets of partitions; runs inside a transaction with SPI
+ * connected.  'fresh' partitions get their row; the others already have one
+ * and are updated, which also proves the flow still exists: if it was
+ * dropped meanwhile (its offsets rows cascade away), the batch fails and
+ * nothing of it commits.
+ */
+void
+sdp_store_offsets(FlowWorker *w, int n, const int32 *partitions, const int64 *offsets, bool fresh)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	SdpCatalogScope scope;
+	Datum		values[3];
+	Datum	   *pd = palloc(sizeof(Datum) * n);
+	Datum	   *od = palloc(sizeof(Datum) * n);
+	int			rc;
+
+	for (int i = 0; i < n; i++)
+	{
+		pd[i] = Int32GetDatum(partitions[i]);
+		od[i] = Int64GetDatum(offsets[i]);
+	}
+	values[0] = Int64GetDatum(w->args.flow_id);
+	values[1] = PointerGetDatum(construct_array(pd, n, INT4OID, 4, true, TYPALIGN_INT));
+	values[2] = PointerGetDatum(construct_array(od, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+	sdp_catalog_enter(&scope);
+	rc = SPI_execute_plan(fresh ? w->offsets_insert_plan : w->offsets_plan, values, NULL, false, 0);
+	MemoryContextSwitchTo(cxt);
+	sdp_catalog_leave(&scope);
+	if (rc != (fresh ? SPI_OK_INSERT : SPI_OK_UPDATE))
+		elog(ERROR, "could not store offsets: %s", SPI_result_code_string(rc));
+	if (SPI_processed != (uint64) n)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("flow \"%s\" was dropped", w->args.name)));
+}
+
+/* The next offset of every assigned partition once the batch is done. */
+void
+sdp_next_offsets(FlowWorker *w, Batch *b, int64 *next)
+{
+	for (int i = 0; i < w->npartitions; i++)
+		next[i] = w->next_offset[i];
+	for (int i = 0; i < b->nmsgs; i++)
+	{
+		rd_kafka_message_t *m = b->msgs[i];
+		int			idx = (m->partition <= w->max_partition_id) ? w->partition_index[m->partition] : -1;
+
+		if (idx >= 0 && m->offset + 1 > next[idx])
+			next[idx] = m->offset + 1;
+	}
+}
+
+/* Store the offsets of the partitions whose next offset moved. */
+void
+sdp_write_moved_offsets(FlowWorker *w, const int64 *next)
+{
+	int32	   *parts = palloc(sizeof(int32) * Max(w->npartitions, 1));
+	int64	   *offs = palloc(sizeof(int64) * Max(w->npartitions, 1));
+	int			n = 0;
+
+	for (int i = 0; i < w->npartitions; i++)
+		if (next[i] != w->next_offset[i])
+		{
+			parts[n] = w->partitions[i];
+			offs[n] = next[i];
+			n++;
+		}
+	if (n > 0)
+		sdp_store_offsets(w, n, parts, offs, false);
+}
+
+/* Show the assigned partitions and their committed offsets in the slot. */
+void
+sdp_publish_committed(FlowWorker *w)
+{
+	int			n = Min(w->npartitions, SDP_MAX_PARTITIONS);
+	SdpFlowSlot *slot = w->slot;
+
+	SpinLockAcquire(&slot->mutex);
+	if (slot->npartitions != n)
+	{
+		for (int i = slot->npartitions; i < n; i++)
+			slot->partitions[i].high_watermark = -1;
+		slot->npartitions = n;
+	}
+	for (int i = 0; i < n; i++)
+	{
+		slot->partitions[i].partition = w->partitions[i];
+		slot->partitions[i].committed = w->next_offset[i];
+	}
+	SpinLockRelease(&slot->mutex);
+}
+
+/*
+ * Show the broker's high watermarks (as librdkafka last saw them) in the
+ * slot.  Read into a local array first: librdkafka takes its own locks,
+ * which must not happen under the slot's spinlock.
+ */
+void
+sdp_publish_high_watermarks(FlowWorker *w)
+{
+	int			n = Min(w->npartitions, SDP_MAX_PARTITIONS);
+	int64	   *hw = palloc(sizeof(int64) * Max(n, 1));
+	SdpFlowSlot *slot = w->slot;
+
+	for (int i = 0; i < n; i++)
+		hw[i] = Max(kafka_source_cached_high_watermark(w->kafka, w->partitions[i]), w->next_offset[i]);
+	SpinLockAcquire(&slot->mutex);
+	for (int i = 0; i < n && i < slot->npartitions; i++)
+		slot->partitions[i].high_watermark = hw[i];
+	SpinLockRelease(&slot->mutex);
+	pfree(hw);
+}
+
+/*
+ * Start consuming new partitions (all of them at start): from the offsets
+ * committed in sdp.offsets, else from the topic's start or end
+ * (starting_offsets), which are then stored at once.  Runs outside any
+ * transaction and commits its own.
+ */
+void
+sdp_assign_partitions(FlowWorker *w, int n, int32 *partitions)
+{
+	MemoryContext oldcxt;
+	int32	   *fresh = palloc(sizeof(int32) * n);
+	int64	   *fresh_off = palloc(sizeof(int64) * n);
+	int			nfresh = 0;
+	int			total;
+	int32	   *all_parts;
+	int64	   *all_offs;
+	Oid			argtypes[1] = {INT8OID};
+	Datum		values[1] = {Int64GetDatum(w->args.flow_id)};
+	SdpCatalogScope scope;
+
+	sdp_start_transaction();
+	SPI_connect();
+	PushActiveSnapshot(GetTransactionSnapshot());
+
+	sdp_catalog_enter(&scope);
+	/* a stateful flow resumes where its checkpointed state was taken */
+	SPI_execute_with_args(w->op ? "SELECT partition, coalesce(state_offset, next_offset) FROM sdp.offsets WHERE flow_id = $1"
+						  : "SELECT partition, next_offset FROM sdp.offsets WHERE flow_id = $1",
+						  1, argtypes, values, NULL, true, 0);
+	sdp_catalog_leave(&scope);
+
+	for (int i = 0; i < n; i++)
+	{
+		bool		known = false;
+		bool		isnull;
+
+		if (partitions[i] <= w->max_partition_id && w->partition_index &&
+			w->partition_index[partitions[i]] >= 0)
+			continue;			/* already consuming it */
+		for (uint64 r = 0; r < SPI_processed; r++)
+		{
+			if (DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 1, &isnull)) == partitions[i])
+			{
+				fresh_off[nfresh] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 2, &isnull));
+				known = true;
+			}
+		}
+		if (!known)
+		{
+			int64		lo,
+						hi;
+			char	   *error;
+
+			while (!kafka_source_query_watermarks(w->kafka, partitions[i], &lo, &hi, 5000, &error))
+			{
+				sdp_worker_set_broker(w, false, error);
+				sdp_worker_wait(w, 1000);
+			}
+			fresh_off[nfresh] = w->source.start_at_earliest ? lo : hi;
+		}
+		fresh[nfresh++] = partitions[i];
+	}
+	if (nfresh > 0)
+		sdp_store_offsets(w, nfresh, fresh, fresh_off, true);
+
+	PopActiveSnapshot();
+	SPI_finish();
+	CommitTransactionCommand();
+
+	if (nfresh == 0)
+		return;
+	kafka_source_assign(w->kafka, nfresh, fresh, fresh_off);
+
+	/* merge into the sorted partition list */
+	oldcxt = MemoryContextSwitchTo(w->flow_cxt);
+	total = w->npartitions + nfresh;
+	all_parts = palloc(sizeof(int32) * total);
+	all_offs = palloc(sizeof(int64) * total);
+	memcpy(all_parts, w->partitions, sizeof(int32) * w->npartitions);
+	memcpy(all_offs, w->next_offset, sizeof(int64) * w->npartitions);
+	memcpy(all_parts + w->npartitions, fresh, sizeof(int32) * nfresh);
+	memcpy(all_offs + w->npartitions, fresh_off, sizeof(int64) * nfresh);
+	for (int i = 1; i < total; i++)
+		for (int j = i; j > 0 && all_parts[j - 1] > all_parts[j]; j--)
+		{
+			int32		tp = all_parts[j];
+			int64		to = all_offs[j];
+
+			all_parts[j] = all_parts[j - 1];
+			all_offs[j] = all_offs[j - 1];
+			all_parts[j - 1] = tp;
+			all_offs[j - 1] = to;
+		}
+	w->partitions = all_parts;
+	w->next_offset = all_offs;
+	w->npartitions = total;
+	w->max_partition_id = all_parts[total - 1];
+	w->partition_index = palloc(sizeof(int) * (w->max_partition_id + 1));
+	for (int i = 0; i <= w->max_partition_id; i++)
+		w->partition_index[i] = -1;
+	for (int i = 0; i < total; i++)
+		w->partition_index[all_parts[i]] = i;
+	MemoryContextSwitchTo(oldcxt);
+	sdp_publish_committed(w);
+	sdp_publish_high_watermarks(w);
+}
