@@ -253,11 +253,12 @@ count_input_scans(Query *q, List *outer, InputScans *cx)
  * Refuse a transform that does not work row by row (see the file header):
  * one that aggregates, de-duplicates, limits, ranks or combines rows of
  * "input", or reads "input" other than once.  Subqueries that do any of
- * that over other tables are fine.  For declarations: the transforms that
- * operators generate are not checked.
+ * that over other tables are fine.  For declarations, of a user's transform
+ * ("the transform") or of a part of a generated one that a user wrote
+ * (what names it): the rest of what operators generate is not checked.
  */
 void
-sdp_transform_check_row_by_row(SdpTransform *t)
+sdp_transform_check_row_by_row(SdpTransform *t, const char *what)
 {
 	CachedPlanSource *ps;
 	InputScans	cx;
@@ -272,15 +273,15 @@ sdp_transform_check_row_by_row(SdpTransform *t)
 	if (cx.refusal)
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("the transform must work row by row, but it uses %s over the relation \"input\"", cx.refusal),
+				 errmsg("%s must work row by row, but it uses %s over the relation \"input\"", what, cx.refusal),
 				 errdetail("A batch that fails is run again in parts to set the failing message aside, and must give the same rows."),
 				 errhint("Aggregate with a stateful operator: operator => 'window_agg' for windowed aggregations, or 'active_count' for counts of active members per key.")));
 	if (n != 1)
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("the transform must read the relation \"input\" exactly once, but it reads it %d times", n),
-				 errdetail("Each row of \"input\" must give its rows on its own, whatever else the batch holds."),
-				 errhint("Write a query over the relation \"input\", e.g. SELECT icao24, lat FROM input WHERE lat IS NOT NULL.")));
+				 errmsg("%s must read the relation \"input\" exactly once, but it reads it %d times", what, n),
+				 errdetail("A batch that fails is run again in parts to set the failing message aside, and must give the same rows."),
+				 errhint("Read \"input\" once, and other tables as needed: each row of a batch must give its rows on its own.")));
 }
 
 /* Run the transform once over an empty input: it checks the privileges on what it reads. */
