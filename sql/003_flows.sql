@@ -46,6 +46,43 @@ SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'ic
 SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text, lat float8', 'SELECT icao24, point(lat, lat) AS lat FROM input')$$);
 SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text, lat text')$$);
 SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text, speed float8')$$);
+-- transforms that do not work row by row: a failing batch is run again in parts
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text, lat float8', 'SELECT icao24, max(lat) AS lat FROM input GROUP BY icao24')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'events', 'seq bigint', 'SELECT count(*) AS seq FROM input')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'events', 'icao24 text', 'SELECT icao24 FROM input GROUP BY icao24')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'events', 'icao24 text', 'SELECT icao24 FROM input GROUP BY GROUPING SETS ((icao24), ())')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'events', 'icao24 text', 'SELECT ''x'' AS icao24 FROM input HAVING true')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'events', 'seq bigint, icao24 text', 'SELECT icao24, row_number() OVER (PARTITION BY icao24) AS seq FROM input')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'events', 'icao24 text', 'SELECT DISTINCT icao24 FROM input')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'events', 'seq bigint, icao24 text', 'SELECT DISTINCT ON (icao24) icao24, seq FROM input ORDER BY icao24, seq DESC')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'events', 'icao24 text', 'SELECT icao24 FROM input LIMIT 10')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'events', 'icao24 text', 'SELECT icao24 FROM input OFFSET 1')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'events', 'icao24 text', 'SELECT icao24 FROM input UNION SELECT zone FROM zones')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'events', 'icao24 text', 'SELECT icao24 FROM input UNION ALL SELECT icao24 FROM input')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'events', 'icao24 text', 'SELECT icao24 FROM input INTERSECT SELECT zone FROM zones')$$);
+-- ... also below the top level, wherever "input" is read
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text, lat float8', 'SELECT icao24, lat FROM (SELECT icao24, max(lat) AS lat FROM input GROUP BY icao24) s')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text, lat float8', 'WITH m AS (SELECT max(lat) AS lat FROM input) SELECT i.icao24, m.lat FROM input i, m')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text, lat float8', 'SELECT icao24, (SELECT max(lat) FROM input) AS lat FROM input')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'events', 'seq bigint, icao24 text', 'SELECT i.icao24, i.seq FROM input i WHERE NOT EXISTS (SELECT 1 FROM input j WHERE j.icao24 = i.icao24 AND j.seq > i.seq)')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'events', 'icao24 text', 'WITH w AS (SELECT icao24 FROM input) SELECT a.icao24 FROM w a JOIN w b USING (icao24)')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'events', 'icao24 text', 'SELECT zone AS icao24 FROM zones')$$);
+-- a stateful flow's own transform too: the operator aggregates
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text, lat float8', 'SELECT icao24, count(*) AS n FROM input GROUP BY icao24',
+    operator => 'window_agg', options => '{"event_time": "poller_ts"}')$$);
+-- row by row: aggregates over other tables, CTEs and subqueries over "input" that keep its rows apart,
+-- set-returning functions (each row expands on its own); declared in a transaction rolled back
+BEGIN;
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f1', 'flights', 'positions', 'icao24 text',
+    'SELECT i.icao24, (SELECT max(max_lat) FROM zones) AS lat FROM input i')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f2', 'flights', 'positions', 'icao24 text',
+    'SELECT i.icao24, z.lat FROM input i LEFT JOIN (SELECT zone, max(max_lat) AS lat FROM zones GROUP BY zone) z ON z.zone = i.icao24')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f3', 'flights', 'positions', 'icao24 text, lat float8',
+    'WITH w AS (SELECT icao24, lat FROM input WHERE lat IS NOT NULL) SELECT icao24, lat FROM (SELECT * FROM w) s ORDER BY icao24')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f4', 'flights', 'events', 'icao24 text',
+    'SELECT icao24 || ''-'' || generate_series(1, 2) AS icao24 FROM input WHERE icao24 IN (SELECT DISTINCT zone FROM zones LIMIT 5)')$$);
+SELECT name FROM sdp.flows ORDER BY name;
+ROLLBACK;
 -- upsert needs a primary key, produced by the transform
 SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'events', 'seq bigint', options => '{"mode": "upsert"}')$$);
 SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text, lat float8', 'SELECT lat FROM input')$$);

@@ -80,6 +80,13 @@ SELECT pg_temp.refused($$SELECT sdp_create_aggregation('payments_agg', 'x', ARRA
 SELECT pg_temp.refused($$SELECT sdp_create_aggregation('payments_agg', 'x', ARRAY['merchant_id'], 'count', filter => 'amount', window_size => '1 minute')$$);
 SELECT pg_temp.refused($$SELECT sdp_create_aggregation('payments_agg', 'x', ARRAY['merchant_id'], 'count', filter => 'state = 1', window_size => '1 minute')$$);
 SELECT pg_temp.refused($$SELECT sdp_create_aggregation('payments_agg', 'x', ARRAY['merchant_id'], 'count', denominator_filter => 'true', window_size => '1 minute')$$);
+-- filters work row by row, like transforms: a subquery may read other tables, not the batch again
+SELECT pg_temp.refused($$SELECT sdp_create_aggregation('payments_agg', 'x', ARRAY['merchant_id'], 'count', filter => 'amount > (SELECT avg(amount) FROM input)', window_size => '1 minute')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_aggregation('payments_agg', 'x', ARRAY['merchant_id'], 'ratio', filter => 'amount > (SELECT max(amount) FROM r)', window_size => '1 minute')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_aggregation('payments_agg', 'x', ARRAY['merchant_id'], 'count', filter => 'EXISTS (SELECT 1 FROM input i WHERE i.amount > 100)', window_size => '1 minute')$$);
+BEGIN;
+SELECT pg_temp.refused($$SELECT sdp_create_aggregation('payments_agg', 'x', ARRAY['merchant_id'], 'count', filter => 'merchant_id IN (SELECT id FROM not_windows)', window_size => '1 minute')$$);
+ROLLBACK;
 SELECT pg_temp.refused($$SELECT sdp_create_aggregation('payments_agg', 'payments_1m', ARRAY['merchant_id'], 'count', window_size => '1 minute')$$);
 SELECT pg_temp.refused($$SELECT sdp_load_aggregations('payments_agg', '{"name": "x"}')$$);
 SELECT pg_temp.refused($$SELECT sdp_load_aggregations('no_such_flow', '[]')$$);

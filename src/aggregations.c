@@ -312,6 +312,18 @@ define_aggregation(const char *flow, AggArgs *a, bool replace)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("denominator_filter applies to operation ratio only")));
 
+	/*
+	 * The filters, like the flow's transform, must work row by row: a
+	 * subquery in one must not aggregate over the batch, or read it again.
+	 */
+	{
+		SdpTransform one;
+
+		sdp_transform_prepare_generated(&one, schema,
+										sdp_window_agg_fanout_sql(list_make1(d), f.transform, rows.result_desc, f.event_time));
+		sdp_transform_check_row_by_row(&one, psprintf("a filter of aggregation \"%s\"", d->name));
+	}
+
 	/* the whole transform with this definition in it must prepare and run, as the caller */
 	defs = NIL;
 	foreach(lc, sdp_window_agg_read_definitions(flow))

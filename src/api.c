@@ -304,6 +304,7 @@ sdp_create_flow(PG_FUNCTION_ARGS)
 	/* Prepare what the worker will run, as the owner: this is where a bad declaration is refused. */
 	PushActiveSnapshot(GetTransactionSnapshot());
 	sdp_transform_prepare(&transform, schema, transform_sql);
+	sdp_transform_check_row_by_row(&transform, "the transform");
 	sdp_transform_check_runs(&transform);
 
 	/* The target; the operator's rows are written, if any; upsert when it has a primary key, unless told. */

@@ -6,6 +6,14 @@
  * running flow workers equal to what sdp.flows asks for.  It sleeps on its
  * latch; SQL functions that change sdp.flows wake it when their transaction
  * commits, and it also looks every sdp.launcher_naptime.
+ *
+ * It stops a worker it started through that worker's handle
+ * (TerminateBackgroundWorker), never by a pid read from shared memory, which
+ * may belong to another process by then.  A worker started by an earlier
+ * incarnation of the launcher (which exited and was restarted by the
+ * postmaster while its workers ran on) has no handle here: the launcher
+ * adopts it, and stops it cooperatively, by setting stop_requested in its
+ * slot and setting its latch; the worker exits when it sees the flag.
  */
 #include "sdp.h"
 
@@ -42,6 +50,11 @@
 #define SDP_RESTART_BACKOFF_MAX_MS	60000
 /* A worker that ran this long before exiting restarts with the minimum backoff. */
 #define SDP_RESTART_RESET_MS		60000
+/*
+ * A worker registered by an earlier launcher that has not published its pid
+ * this long after its registration is taken as never started.
+ */
+#define SDP_ADOPTED_START_GRACE_MS	30000
 
 /* A flow as sdp.flows declares it, read at each reconciliation. */
 typedef struct WantedFlow
@@ -228,6 +241,8 @@ start_worker(int slotno, WantedFlow *f)
 	 */
 	SpinLockAcquire(&slot->mutex);
 	slot->generation++;
+	slot->flow_id = f->id;
+	slot->stop_requested = false;
 	slot->registered_at = now;
 	slot->exit_expected = false;
 	slot->state = SDP_FLOW_STARTING;
@@ -244,11 +259,14 @@ start_worker(int slotno, WantedFlow *f)
 	if (!ok)
 	{
 		/* no free background worker slot: try again later, never in a tight loop */
+		static const char error[] = "could not start a background worker: raise max_worker_processes";
+		TimestampTz next = TimestampTzPlusMilliseconds(now, SDP_RESTART_BACKOFF_MAX_MS / 4);
+
+		StaticAssertStmt(sizeof(error) <= SDP_ERROR_LEN, "message fits the slot");
 		SpinLockAcquire(&slot->mutex);
 		slot->state = SDP_FLOW_RESTARTING;
-		slot->next_start_at = TimestampTzPlusMilliseconds(now, SDP_RESTART_BACKOFF_MAX_MS / 4);
-		snprintf(slot->last_error, SDP_ERROR_LEN,
-				 "could not start a background worker: raise max_worker_processes");
+		slot->next_start_at = next;
+		memcpy(slot->last_error, error, sizeof(error));
 		slot->last_error_at = now;
 		SpinLockRelease(&slot->mutex);
 	}
@@ -261,15 +279,74 @@ start_worker(int slotno, WantedFlow *f)
 				 errhint("Raise max_worker_processes: every running flow needs a background worker.")));
 }
 
-/* Whether the worker of a slot has exited (or never started). */
+/* What the launcher reads of a slot, copied under its spinlock. */
+typedef struct SlotView
+{
+	SdpFlowState state;
+	pid_t		pid;
+	int64		flow_id;
+	TimestampTz registered_at;
+	TimestampTz started_at;
+	TimestampTz exited_at;
+	TimestampTz next_start_at;
+	int			restarts;
+} SlotView;
+
+static void
+slot_view(SdpFlowSlot *slot, SlotView *v)
+{
+	SpinLockAcquire(&slot->mutex);
+	v->state = slot->state;
+	v->pid = slot->pid;
+	v->flow_id = slot->flow_id;
+	v->registered_at = slot->registered_at;
+	v->started_at = slot->started_at;
+	v->exited_at = slot->exited_at;
+	v->next_start_at = slot->next_start_at;
+	v->restarts = slot->restarts;
+	SpinLockRelease(&slot->mutex);
+}
+
+/*
+ * Whether the worker of a slot has exited (or never started).  Without a
+ * handle (an adopted worker) the slot tells: the worker clears its pid and
+ * stamps exited_at when it exits; one that never published a pid long
+ * after its registration never started.
+ */
 static bool
-worker_gone(int slotno, pid_t slot_pid)
+worker_gone(int slotno, const SlotView *v, TimestampTz now)
 {
 	pid_t		pid;
 
 	if (slot_handles[slotno] != NULL)
 		return GetBackgroundWorkerPid(slot_handles[slotno], &pid) == BGWH_STOPPED;
-	return slot_pid == 0;		/* started by an earlier launcher: trust the slot */
+	if (v->pid != 0)
+		return false;
+	return v->exited_at != 0 ||
+		TimestampDifferenceExceeds(v->registered_at, now, SDP_ADOPTED_START_GRACE_MS);
+}
+
+/*
+ * Ask the worker of a slot to stop: through its handle when this launcher
+ * started it; otherwise (an adopted worker) by the flag in its slot and its
+ * latch, which is set again at every pass until the worker has gone, in
+ * case it had not published its latch yet.
+ */
+static void
+stop_worker(int slotno, const SlotView *v)
+{
+	SdpFlowSlot *slot = &SdpShmem->slots[slotno];
+	Latch	   *latch;
+
+	if (slot_handles[slotno] != NULL && v->state != SDP_FLOW_STOPPING)
+		TerminateBackgroundWorker(slot_handles[slotno]);
+	SpinLockAcquire(&slot->mutex);
+	slot->stop_requested = true;
+	slot->state = SDP_FLOW_STOPPING;
+	latch = slot->latch;
+	SpinLockRelease(&slot->mutex);
+	if (slot_handles[slotno] == NULL && latch != NULL)
+		SetLatch(latch);
 }
 
 /*
@@ -293,8 +370,7 @@ launcher_reconcile(void)
 	{
 		SdpFlowSlot *slot = &SdpShmem->slots[s];
 		WantedFlow *f = NULL;
-		SdpFlowState state;
-		pid_t		pid;
+		SlotView	v;
 		bool		gone;
 
 		if (!slot->in_use)
@@ -305,54 +381,53 @@ launcher_reconcile(void)
 		if (f)
 			f->seen = true;
 
-		SpinLockAcquire(&slot->mutex);
-		state = slot->state;
-		pid = slot->pid;
-		SpinLockRelease(&slot->mutex);
-		gone = (state == SDP_FLOW_RESTARTING) || worker_gone(s, pid);
+		slot_view(slot, &v);
+		/* a slot an earlier launcher set up: adopt its worker */
+		if (slot_handles[s] == NULL && slot_flow_ids[s] == 0)
+			slot_flow_ids[s] = v.flow_id;
+		gone = (v.state == SDP_FLOW_RESTARTING) || worker_gone(s, &v, now);
 
 		if (f == NULL || !f->wanted || f->id != slot_flow_ids[s] || !OidIsValid(f->owner))
 		{
 			/* not wanted (any more): stop the worker, and free the slot once it has gone */
 			if (!gone)
 			{
-				if (pid != 0 && state != SDP_FLOW_STOPPING)
-					kill(pid, SIGTERM);
-				else if (pid == 0 && slot_handles[s] != NULL && state != SDP_FLOW_STOPPING)
-					TerminateBackgroundWorker(slot_handles[s]);
-				SpinLockAcquire(&slot->mutex);
-				slot->state = SDP_FLOW_STOPPING;
-				SpinLockRelease(&slot->mutex);
+				stop_worker(s, &v);
 				continue;
 			}
 			if (slot_handles[s] != NULL)
 				pfree(slot_handles[s]);
 			slot_handles[s] = NULL;
+			slot_flow_ids[s] = 0;
 			sdp_slot_free(s);
 			if (f != NULL)
 				f->seen = false;	/* a new flow under the same name starts below */
 			continue;
 		}
 
-		if (state == SDP_FLOW_RESTARTING)
+		if (v.state == SDP_FLOW_RESTARTING)
 		{
-			if (now >= slot->next_start_at)
+			if (now >= v.next_start_at)
 				start_worker(s, f);
 			continue;
 		}
 		if (gone)
 		{
 			/* an unexpected exit: restart after a backoff that doubles while it keeps happening */
+			int			restarts = v.restarts;
 			int			backoff;
+			TimestampTz next;
+
+			if (v.started_at != 0 &&
+				TimestampDifferenceExceeds(v.started_at, now, SDP_RESTART_RESET_MS))
+				restarts = 0;
+			backoff = Min(SDP_RESTART_BACKOFF_MAX_MS, SDP_RESTART_BACKOFF_MIN_MS << Min(restarts, 6));
+			next = TimestampTzPlusMilliseconds(now, backoff);
 
 			SpinLockAcquire(&slot->mutex);
-			if (slot->started_at != 0 &&
-				TimestampDifferenceExceeds(slot->started_at, now, SDP_RESTART_RESET_MS))
-				slot->restarts = 0;
-			backoff = Min(SDP_RESTART_BACKOFF_MAX_MS, SDP_RESTART_BACKOFF_MIN_MS << Min(slot->restarts, 6));
-			slot->restarts++;
+			slot->restarts = restarts + 1;
 			slot->state = SDP_FLOW_RESTARTING;
-			slot->next_start_at = TimestampTzPlusMilliseconds(now, backoff);
+			slot->next_start_at = next;
 			SpinLockRelease(&slot->mutex);
 			if (slot_handles[s] != NULL)
 				pfree(slot_handles[s]);
@@ -392,30 +467,26 @@ launcher_reconcile(void)
 static void
 launcher_stop_all(void)
 {
+	TimestampTz now = GetCurrentTimestamp();
+
 	LWLockAcquire(SdpShmem->lock, LW_EXCLUSIVE);
 	for (int s = 0; s < SdpShmem->max_flows; s++)
 	{
 		SdpFlowSlot *slot = &SdpShmem->slots[s];
-		pid_t		pid;
+		SlotView	v;
 
 		if (!slot->in_use)
 			continue;
-		SpinLockAcquire(&slot->mutex);
-		pid = slot->pid;
-		SpinLockRelease(&slot->mutex);
-		if (slot_handles[s] != NULL && !worker_gone(s, pid))
+		slot_view(slot, &v);
+		if (v.state != SDP_FLOW_RESTARTING && !worker_gone(s, &v, now))
 		{
-			TerminateBackgroundWorker(slot_handles[s]);
+			stop_worker(s, &v);
 			continue;			/* freed once it has gone */
-		}
-		if (pid != 0)
-		{
-			kill(pid, SIGTERM);
-			continue;
 		}
 		if (slot_handles[s] != NULL)
 			pfree(slot_handles[s]);
 		slot_handles[s] = NULL;
+		slot_flow_ids[s] = 0;
 		sdp_slot_free(s);
 	}
 	LWLockRelease(SdpShmem->lock);

@@ -40,6 +40,7 @@ extern void sdp_unregister_rows(const char *name);
 extern void sdp_transform_prepare(SdpTransform *t, SdpInputSchema *schema, const char *sql);
 extern void sdp_transform_prepare_generated(SdpTransform *t, SdpInputSchema *schema, const char *sql);
 extern void sdp_transform_check_runs(SdpTransform *t);
+extern void sdp_transform_check_row_by_row(SdpTransform *t, const char *what);
 extern int	sdp_transform_run(SdpTransform *t, HeapTuple *rows, int n, HeapTuple **out);
 
 /* sink.c */

@@ -124,6 +124,8 @@ typedef struct SdpFlowSlot
 	slock_t		mutex;
 	SdpFlowState state;
 	pid_t		pid;			/* worker pid, 0 when none */
+	int64		flow_id;		/* sdp.flows.id of the flow the launcher started */
+	bool		stop_requested; /* the launcher asks the worker to exit (SetLatch on latch) */
 	uint64		generation;		/* bumped on each worker start */
 	TimestampTz registered_at;
 	TimestampTz started_at;

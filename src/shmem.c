@@ -33,7 +33,22 @@ SdpShared  *SdpShmem = NULL;
 
 static bool wake_at_commit = false;
 static bool xact_callback_registered = false;
-static List *changed_flows = NIL;	/* names, in TopMemoryContext, until commit */
+
+/*
+ * Flows whose operator configuration the current transaction changed, to be
+ * told so when it commits.  The list and its entries live in
+ * TopTransactionContext: the caller's context may be an SPI procedure
+ * context or statement memory, both gone long before the commit callback
+ * runs.  Each entry remembers the subtransaction that made the change, so
+ * that rolling back a savepoint (or a PL/pgSQL exception block) forgets it.
+ */
+typedef struct ChangedFlow
+{
+	char		name[NAMEDATALEN];
+	int			nestlevel;		/* subtransaction nesting level of the change */
+} ChangedFlow;
+
+static List *changed_flows = NIL;
 
 static void sdp_register_xact_callback(void);
 
@@ -212,6 +227,12 @@ sdp_xact_callback(XactEvent event, void *arg)
 {
 	switch (event)
 	{
+		case XACT_EVENT_PRE_PREPARE:
+			if (changed_flows != NIL)
+				ereport(ERROR,
+						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+						 errmsg("cannot prepare a transaction that changed the configuration of a flow")));
+			break;
 		case XACT_EVENT_COMMIT:
 		case XACT_EVENT_PARALLEL_COMMIT:
 			if (wake_at_commit)
@@ -221,17 +242,57 @@ sdp_xact_callback(XactEvent event, void *arg)
 			{
 				ListCell   *lc;
 
+				/* still valid: TopTransactionContext is reset after the callbacks */
 				foreach(lc, changed_flows)
-					bump_flow_config((char *) lfirst(lc));
-				list_free_deep(changed_flows);
-				changed_flows = NIL;
+					bump_flow_config(((ChangedFlow *) lfirst(lc))->name);
 			}
+			changed_flows = NIL;
 			break;
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PARALLEL_ABORT:
+		case XACT_EVENT_PREPARE:
+			/* the list goes with TopTransactionContext */
 			wake_at_commit = false;
-			list_free_deep(changed_flows);
 			changed_flows = NIL;
+			break;
+		default:
+			break;
+	}
+}
+
+/*
+ * A subtransaction that commits hands its changes to its parent; one that
+ * aborts takes them back.
+ */
+static void
+sdp_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+					 SubTransactionId parentSubid, void *arg)
+{
+	int			level = GetCurrentTransactionNestLevel();
+	ListCell   *lc;
+
+	switch (event)
+	{
+		case SUBXACT_EVENT_COMMIT_SUB:
+			foreach(lc, changed_flows)
+			{
+				ChangedFlow *c = lfirst(lc);
+
+				if (c->nestlevel >= level)
+					c->nestlevel = level - 1;
+			}
+			break;
+		case SUBXACT_EVENT_ABORT_SUB:
+			foreach(lc, changed_flows)
+			{
+				ChangedFlow *c = lfirst(lc);
+
+				if (c->nestlevel >= level)
+				{
+					changed_flows = foreach_delete_current(changed_flows, lc);
+					pfree(c);
+				}
+			}
 			break;
 		default:
 			break;
@@ -248,6 +309,7 @@ sdp_register_xact_callback(void)
 	if (!xact_callback_registered)
 	{
 		RegisterXactCallback(sdp_xact_callback, NULL);
+		RegisterSubXactCallback(sdp_subxact_callback, NULL);
 		xact_callback_registered = true;
 	}
 }
@@ -259,10 +321,30 @@ sdp_wake_launcher_at_commit(void)
 	wake_at_commit = true;
 }
 
-/* Once the current transaction commits, the flow's worker rereads its operator configuration. */
+/*
+ * Once the current transaction commits, the flow's worker rereads its
+ * operator configuration; nothing happens if the change is rolled back
+ * (with its transaction or with the subtransaction that made it).
+ */
 void
 sdp_flow_config_changed(const char *flow)
 {
+	MemoryContext oldcxt;
+	ChangedFlow *c;
+	int			level = GetCurrentTransactionNestLevel();
+	ListCell   *lc;
+
 	sdp_register_xact_callback();
-	changed_flows = lappend(changed_flows, MemoryContextStrdup(TopMemoryContext, flow));
+	foreach(lc, changed_flows)
+	{
+		c = lfirst(lc);
+		if (strcmp(c->name, flow) == 0 && c->nestlevel == level)
+			return;				/* already noted at this level */
+	}
+	oldcxt = MemoryContextSwitchTo(TopTransactionContext);
+	c = palloc0(sizeof(ChangedFlow));
+	strlcpy(c->name, flow, NAMEDATALEN);
+	c->nestlevel = level;
+	changed_flows = lappend(changed_flows, c);
+	MemoryContextSwitchTo(oldcxt);
 }

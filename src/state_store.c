@@ -458,18 +458,36 @@ sdp_state_map_visit(SdpKeyState *ks, SdpMapVisitor visit, void *arg)
 }
 
 /* Read-only iteration for readers (the entry's lock is held by the caller). */
-void
-sdp_state_map_read(SdpStateStore *store, SdpStateEntry *entry,
-				   void (*visit) (const char *member, const void *value, void *arg), void *arg)
+/*
+ * A copy of an entry's map in the caller's memory, or NULL when the entry
+ * has none.  The caller holds the entry's lock and reads the copy after
+ * releasing it, so that no reader holds a partition lock the worker waits
+ * for while it formats what it read.
+ */
+SdpStateMap *
+sdp_state_map_copy(SdpStateStore *store, const SdpStateEntry *entry)
 {
 	SdpStateMap *map;
+	SdpStateMap *copy;
+	size_t		size;
 
 	if (!DsaPointerIsValid(entry->map))
-		return;
+		return NULL;
 	map = dsa_get_address(store->area, entry->map);
+	size = map_size(map->capacity, map->value_len);
+	copy = palloc(size);
+	memcpy(copy, map, size);
+	return copy;
+}
+
+/* Visit the members of a map copied by sdp_state_map_copy. */
+void
+sdp_state_map_read(const SdpStateMap *map,
+				   void (*visit) (const char *member, const void *value, void *arg), void *arg)
+{
 	for (int i = 0; i < map->capacity; i++)
 	{
-		char	   *slot = map_slot(map, i);
+		char	   *slot = map_slot((SdpStateMap *) map, i);
 
 		if (slot[0] == SLOT_USED)
 			visit(slot + 1, slot + 1 + SDP_STATE_MEMBER_MAX, arg);

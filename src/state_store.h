@@ -108,7 +108,8 @@ extern bool sdp_state_map_remove(SdpKeyState *ks, const char *member);
 extern int	sdp_state_map_count(SdpKeyState *ks);
 typedef bool (*SdpMapVisitor) (const char *member, void *value, void *arg);	/* return false to remove */
 extern void sdp_state_map_visit(SdpKeyState *ks, SdpMapVisitor visit, void *arg);
-extern void sdp_state_map_read(SdpStateStore *store, SdpStateEntry *entry,
+extern SdpStateMap *sdp_state_map_copy(SdpStateStore *store, const SdpStateEntry *entry);
+extern void sdp_state_map_read(const SdpStateMap *map,
 							   void (*visit) (const char *member, const void *value, void *arg), void *arg);
 
 /* timers of the key (the worker keeps the time-ordered index, operator.c) */

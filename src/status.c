@@ -7,12 +7,14 @@
 #include "sdp.h"
 
 #include "access/htup_details.h"
+#include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "funcapi.h"
 #include "utils/builtins.h"
 #include "utils/json.h"
+#include "utils/resowner.h"
 #include "utils/jsonb.h"
 #include "utils/timestamp.h"
 
@@ -245,6 +247,70 @@ put_state_row(ReturnSetInfo *rsinfo, const char *key, const char *state, const c
 	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 }
 
+/* One key's state, copied out of the store. */
+typedef struct StateCopy
+{
+	SdpStateEntry entry;
+	SdpStateMap *map;			/* a copy, or NULL */
+} StateCopy;
+
+/*
+ * Copy every key's state out of a running flow's store, in a subtransaction:
+ * the worker may exit meanwhile and take its area with it, which means no
+ * state to show (any other error is the caller's).  The copies go to cxt.
+ * The dshash partition locks are held only while copying, never while rows
+ * are formatted or written to the tuplestore, so a reader does not stall
+ * the worker.  What is copied is at most the flow's state_memory_limit.
+ */
+static List *
+copy_state(dsa_handle area, dshash_table_handle table, MemoryContext cxt)
+{
+	ResourceOwner owner = CurrentResourceOwner;
+	List	   *volatile copies = NIL;
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(cxt);
+	PG_TRY();
+	{
+		SdpStateStore *store = sdp_state_attach(area, table);
+		dshash_seq_status status;
+		SdpStateEntry *e;
+
+		dshash_seq_init(&status, store->table, false);
+		while ((e = dshash_seq_next(&status)) != NULL)
+		{
+			StateCopy  *c = palloc(sizeof(StateCopy));
+
+			memcpy(&c->entry, e, sizeof(SdpStateEntry));
+			c->map = sdp_state_map_copy(store, e);
+			copies = lappend(copies, c);
+		}
+		dshash_seq_term(&status);
+		sdp_state_detach(store);
+
+		ReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+		if (edata->sqlerrcode != ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE)
+			ReThrowError(edata);
+		/* "could not attach to dynamic shared area": the worker has gone */
+		copies = NIL;
+	}
+	PG_END_TRY();
+	return copies;
+}
+
 /*
  * sdp_flow_state(flow): the live state of a running stateful flow, read from
  * its shared memory: one row per key and state (each value state, the map
@@ -258,10 +324,9 @@ sdp_flow_state(PG_FUNCTION_ARGS)
 	char	   *name = text_to_cstring(PG_GETARG_TEXT_PP(0));
 	SdpFlowSlot *copy = palloc(sizeof(SdpFlowSlot));
 	const SdpOperator *op = NULL;
-	SdpStateStore *volatile store = NULL;
 	MemoryContext cxt = CurrentMemoryContext;
-	dshash_seq_status status;
-	SdpStateEntry *e;
+	List	   *states;
+	ListCell   *lc;
 	Oid			argtypes[1] = {TEXTOID};
 	Datum		args[1] = {CStringGetTextDatum(name)};
 	int			s;
@@ -295,24 +360,12 @@ sdp_flow_state(PG_FUNCTION_ARGS)
 	if (s < 0 || copy->state_area == 0)
 		return (Datum) 0;
 
-	/* the worker may be exiting: an area that is gone means no state to show */
-	PG_TRY();
-	{
-		store = sdp_state_attach((dsa_handle) copy->state_area, (dshash_table_handle) copy->state_table);
-	}
-	PG_CATCH();
-	{
-		MemoryContextSwitchTo(cxt);
-		FlushErrorState();
-		store = NULL;
-	}
-	PG_END_TRY();
-	if (store == NULL)
-		return (Datum) 0;
+	states = copy_state((dsa_handle) copy->state_area, (dshash_table_handle) copy->state_table, cxt);
 
-	dshash_seq_init(&status, store->table, false);
-	while ((e = dshash_seq_next(&status)) != NULL)
+	foreach(lc, states)
 	{
+		StateCopy  *c = lfirst(lc);
+		SdpStateEntry *e = &c->entry;
 		StringInfoData buf;
 
 		for (int i = 0; i < SDP_STATE_VALUES; i++)
@@ -323,7 +376,7 @@ sdp_flow_state(PG_FUNCTION_ARGS)
 						  op->describe_value ? op->describe_value(i, e->values[i])
 						  : psprintf(INT64_FORMAT, e->values[i]));
 		}
-		if (DsaPointerIsValid(e->map))
+		if (c->map != NULL)
 		{
 			MapJson		mj;
 
@@ -332,7 +385,7 @@ sdp_flow_state(PG_FUNCTION_ARGS)
 			mj.buf = &buf;
 			mj.op = op;
 			mj.first = true;
-			sdp_state_map_read(store, e, append_member, &mj);
+			sdp_state_map_read(c->map, append_member, &mj);
 			appendStringInfoChar(&buf, '}');
 			put_state_row(rsinfo, e->key, op->map_name ? op->map_name : "map", buf.data);
 		}
@@ -341,15 +394,17 @@ sdp_flow_state(PG_FUNCTION_ARGS)
 			initStringInfo(&buf);
 			appendStringInfoChar(&buf, '[');
 			for (int i = 0; i < e->ntimers; i++)
+			{
+				char	   *at = sdp_timestamp_text(e->timers[i].when);
+
 				appendStringInfo(&buf, "%s{\"kind\": \"%s\", \"at\": \"%s\", \"tag\": " INT64_FORMAT "}",
 								 i > 0 ? ", " : "",
 								 e->timers[i].kind == SDP_EVENT_TIME ? "event_time" : "processing_time",
-								 timestamptz_to_str(e->timers[i].when), e->timers[i].tag);
+								 at, e->timers[i].tag);
+			}
 			appendStringInfoChar(&buf, ']');
 			put_state_row(rsinfo, e->key, "timers", buf.data);
 		}
 	}
-	dshash_seq_term(&status);
-	sdp_state_detach(store);
 	return (Datum) 0;
 }

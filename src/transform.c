@@ -8,10 +8,16 @@
  * prepared once, with an empty "input" of the declared schema, and kept; every
  * batch registers its own "input" and runs the same plan, with no parsing or
  * planning per batch.
+ *
+ * A user's transform must work row by row: the rows it gives for a batch
+ * must be the union of what it gives for each of the batch's messages
+ * alone, because a failing batch is run again in parts to set the failing
+ * message aside.  Aggregation belongs to the stateful operators.
  */
 #include "pipeline.h"
 
 #include "miscadmin.h"
+#include "nodes/nodeFuncs.h"
 #include "nodes/parsenodes.h"
 #include "utils/memutils.h"
 #include "utils/plancache.h"
@@ -141,6 +147,141 @@ transform_prepare(SdpTransform *t, SdpInputSchema *schema, const char *sql, bool
 	t->result_desc = CreateTupleDescCopy(ps->resultDesc);
 	if (!generated)
 		error_context_stack = errcb.previous;
+}
+
+/*
+ * What makes a query over "input" give other rows for a part of a batch
+ * than for the whole, or NULL.  Set-returning functions in the select list
+ * are allowed: they expand each row on its own.
+ */
+static const char *
+not_row_by_row(Query *q)
+{
+	if (q->setOperations)
+		return "a set operation (UNION, INTERSECT or EXCEPT)";
+	if (q->hasAggs)
+		return "an aggregate function";
+	if (q->groupClause != NIL || q->groupingSets != NIL)
+		return "GROUP BY";
+	if (q->havingQual)
+		return "HAVING";
+	if (q->hasWindowFuncs)
+		return "a window function";
+	if (q->distinctClause != NIL)
+		return "DISTINCT";
+	if (q->limitCount || q->limitOffset)
+		return "LIMIT or OFFSET";
+	return NULL;
+}
+
+typedef struct InputScans
+{
+	List	   *queries;		/* the query being walked and its parents, innermost first */
+	int			scans;			/* scans of "input" found by the walker */
+	const char *refusal;		/* the first construct over "input" that is not row by row */
+} InputScans;
+
+static int	count_input_scans(Query *q, List *outer, InputScans *cx);
+
+/* Sublinks in a query's expressions: their queries count. */
+static bool
+input_scans_walker(Node *node, InputScans *cx)
+{
+	if (node == NULL)
+		return false;
+	if (IsA(node, Query))
+	{
+		int			n = count_input_scans((Query *) node, cx->queries, cx);
+
+		cx->scans += n;
+		return false;
+	}
+	return expression_tree_walker(node, input_scans_walker, (void *) cx);
+}
+
+/*
+ * How many times one run of q reads "input": directly, through subqueries
+ * in FROM, sublinks, and once per reference to a CTE that reads it.  Notes
+ * in cx->refusal the first query that reads it and is not row by row.
+ */
+static int
+count_input_scans(Query *q, List *outer, InputScans *cx)
+{
+	List	   *queries = lcons(q, list_copy(outer));
+	List	   *saved_queries = cx->queries;
+	int			saved_scans = cx->scans;
+	int			n = 0;
+	ListCell   *lc;
+
+	foreach(lc, q->rtable)
+	{
+		RangeTblEntry *rte = lfirst_node(RangeTblEntry, lc);
+
+		if (rte->rtekind == RTE_NAMEDTUPLESTORE && strcmp(rte->enrname, SDP_INPUT_RELATION) == 0)
+			n++;
+		else if (rte->rtekind == RTE_SUBQUERY)
+			n += count_input_scans(rte->subquery, queries, cx);
+		else if (rte->rtekind == RTE_CTE && !rte->self_reference)
+		{
+			Query	   *owner = list_nth(queries, rte->ctelevelsup);
+			ListCell   *c;
+
+			foreach(c, owner->cteList)
+			{
+				CommonTableExpr *cte = lfirst_node(CommonTableExpr, c);
+
+				if (strcmp(cte->ctename, rte->ctename) == 0)
+					n += count_input_scans(castNode(Query, cte->ctequery),
+										   list_copy_tail(queries, rte->ctelevelsup), cx);
+			}
+		}
+	}
+	cx->queries = queries;
+	cx->scans = 0;
+	(void) query_tree_walker(q, input_scans_walker, (void *) cx,
+							 QTW_IGNORE_RT_SUBQUERIES | QTW_IGNORE_CTE_SUBQUERIES);
+	n += cx->scans;
+	cx->queries = saved_queries;
+	cx->scans = saved_scans;
+
+	if (n > 0 && cx->refusal == NULL)
+		cx->refusal = not_row_by_row(q);
+	return n;
+}
+
+/*
+ * Refuse a transform that does not work row by row (see the file header):
+ * one that aggregates, de-duplicates, limits, ranks or combines rows of
+ * "input", or reads "input" other than once.  Subqueries that do any of
+ * that over other tables are fine.  For declarations, of a user's transform
+ * ("the transform") or of a part of a generated one that a user wrote
+ * (what names it): the rest of what operators generate is not checked.
+ */
+void
+sdp_transform_check_row_by_row(SdpTransform *t, const char *what)
+{
+	CachedPlanSource *ps;
+	InputScans	cx;
+	int			n;
+
+	if (t->plan == NULL)
+		return;
+	ps = linitial(SPI_plan_get_plan_sources(t->plan));
+	Assert(list_length(ps->query_list) == 1);
+	memset(&cx, 0, sizeof(cx));
+	n = count_input_scans(linitial_node(Query, ps->query_list), NIL, &cx);
+	if (cx.refusal)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("%s must work row by row, but it uses %s over the relation \"input\"", what, cx.refusal),
+				 errdetail("A batch that fails is run again in parts to set the failing message aside, and must give the same rows."),
+				 errhint("Aggregate with a stateful operator: operator => 'window_agg' for windowed aggregations, or 'active_count' for counts of active members per key.")));
+	if (n != 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("%s must read the relation \"input\" exactly once, but it reads it %d times", what, n),
+				 errdetail("A batch that fails is run again in parts to set the failing message aside, and must give the same rows."),
+				 errhint("Read \"input\" once, and other tables as needed: each row of a batch must give its rows on its own.")));
 }
 
 /* Run the transform once over an empty input: it checks the privileges on what it reads. */
