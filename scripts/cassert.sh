@@ -16,7 +16,7 @@ prefix=$cache/pg15-cassert
 stamp=$prefix/.sdp-built
 
 if [ -f "$stamp" ] && [ -x "$prefix/bin/pg_config" ] &&
-   [ -x "$prefix/lib/pgxs/src/test/regress/pg_regress" ]; then
+   [ -x "$prefix/lib/postgresql/pgxs/src/test/regress/pg_regress" ]; then
   echo "$prefix"
   exit 0
 fi
@@ -38,9 +38,13 @@ sdp_install_packages dpkg-dev bison flex libreadline-dev zlib1g-dev libssl-dev
 src=$cache/src
 sdp_as_root rm -rf "$src" "$prefix"
 sdp_as_root mkdir -p "$src"
-( cd "$src" && sdp_as_root apt-get source -qq postgresql-15/bookworm >/dev/null 2>&1 )
+# Upstream's source as Debian ships it (the .orig tarball), without Debian's
+# patches, which point the installation at the packaged server's directories.
+( cd "$src" && sdp_as_root apt-get source --download-only -qq postgresql-15/bookworm >/dev/null 2>&1 )
+orig=$(find "$src" -maxdepth 1 -name 'postgresql-15_*.orig.tar.*' | head -1)
+[ -n "$orig" ] || { sdp_log "apt-get source postgresql-15 failed"; exit 1; }
+tar -C "$src" -xf "$orig"
 dir=$(find "$src" -maxdepth 1 -type d -name 'postgresql-15*' | head -1)
-[ -n "$dir" ] || { sdp_log "apt-get source postgresql-15 failed"; exit 1; }
 (
   cd "$dir"
   ./configure -q --prefix="$prefix" --enable-cassert --enable-debug --enable-tap-tests \
@@ -52,6 +56,8 @@ dir=$(find "$src" -maxdepth 1 -type d -name 'postgresql-15*' | head -1)
   make -s -C src/test/perl install >/dev/null
   make -s -C contrib/postgres_fdw install >/dev/null
 )
+[ "$("$prefix/bin/pg_config" --pkglibdir)" = "$prefix/lib/postgresql" ] ||
+  { sdp_log "the assert-enabled build did not install under $prefix"; exit 1; }
 sdp_as_root rm -rf "$src"
 date -u +%FT%TZ > "$stamp"
 echo "$prefix"
