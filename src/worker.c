@@ -64,6 +64,7 @@ static void worker_open_source(FlowWorker *w);
 static void worker_loop(FlowWorker *w);
 static void worker_fail(FlowWorker *w, const char *message) pg_attribute_noreturn();
 static void worker_exit_expected(FlowWorker *w) pg_attribute_noreturn();
+static void worker_check_stop_request(FlowWorker *w);
 
 /* Unix time in microseconds, the clock Kafka timestamps use. */
 int64
@@ -185,6 +186,7 @@ sdp_worker_wait(FlowWorker *w, long timeout_ms)
 					 timeout_ms, PG_WAIT_EXTENSION);
 	ResetLatch(MyLatch);
 	CHECK_FOR_INTERRUPTS();
+	worker_check_stop_request(w);
 }
 
 /*
@@ -497,6 +499,25 @@ periodic_work(FlowWorker *w, TimestampTz now)
 	}
 }
 
+/*
+ * A launcher that did not start this worker (it restarted since) has no
+ * handle to terminate it with: it asks through the slot and sets our latch.
+ */
+static void
+worker_check_stop_request(FlowWorker *w)
+{
+	bool		stop;
+
+	SpinLockAcquire(&w->slot->mutex);
+	stop = w->slot->stop_requested;
+	SpinLockRelease(&w->slot->mutex);
+	if (stop)
+	{
+		ereport(LOG, (errmsg("sdp flow \"%s\" stopping at the launcher's request", w->args.name)));
+		worker_exit_expected(w);
+	}
+}
+
 static long
 ms_until(TimestampTz now, TimestampTz when)
 {
@@ -592,6 +613,7 @@ worker_loop(FlowWorker *w)
 		int			n;
 
 		CHECK_FOR_INTERRUPTS();
+		worker_check_stop_request(w);
 		if (ConfigReloadPending)
 		{
 			ConfigReloadPending = false;
