@@ -63,66 +63,129 @@ sdp_batch_prepare(FlowWorker *w)
 
 /* ---- decode ---- */
 
-/* Decode every message of the batch into a row of the input schema; the ones that fail are set aside. */
-static void
-stage_decode(FlowWorker *w, Batch *b)
+/* What decoding works with; one per batch attempt. */
+typedef struct DecodeRun
 {
-	TupleDesc	desc = w->schema->tupdesc;
-	int			natts = desc->natts;
+	FlowWorker *w;
+	Batch	   *b;
+	Datum	   *values;
+	bool	   *nulls;
+	Datum		topic;
+	int			nrows_done;		/* rows of the messages decoded and kept so far */
+	int			ndead_done;		/* and the messages set aside so far */
+} DecodeRun;
+
+/* Message m (index i) as a row of the input schema, or set aside with the reason. */
+static void
+decode_one(DecodeRun *d, int i)
+{
+	FlowWorker *w = d->w;
+	Batch	   *b = d->b;
+	rd_kafka_message_t *m = b->msgs[i];
 	int			ncols = w->schema->ncolumns;
-	Datum	   *values = palloc(sizeof(Datum) * natts);
-	bool	   *nulls = palloc(sizeof(bool) * natts);
-	Datum		topic = CStringGetTextDatum(w->source.topic);
+	Datum	   *values = d->values;
+	bool	   *nulls = d->nulls;
+	char	   *error;
+	int			sqlstate;
+	int64		ts;
+	rd_kafka_timestamp_type_t tstype;
+
+	if (!sdp_decode_message(w->schema, m->payload, m->len, values, nulls, &error, &sqlstate))
+	{
+		sdp_dead_letter_add(b, m, "decode", error, sqlstate);
+		return;
+	}
+	if (w->op && w->event_time_index >= 0 && !nulls[w->event_time_index] &&
+		!sdp_event_time_usable(DatumGetTimestampTz(values[w->event_time_index])))
+	{
+		sdp_dead_letter_add(b, m, "decode",
+							psprintf("field \"%s\": event time %s is outside the range windows and watermarks can hold (%s to %s)",
+									 w->schema->columns[w->event_time_index].name,
+									 sdp_timestamp_text(DatumGetTimestampTz(values[w->event_time_index])),
+									 sdp_timestamp_text(MIN_TIMESTAMP + SDP_EVENT_TIME_MARGIN_US),
+									 sdp_timestamp_text(END_TIMESTAMP - SDP_EVENT_TIME_MARGIN_US - 1)),
+							ERRCODE_DATETIME_VALUE_OUT_OF_RANGE);
+		return;
+	}
+	values[ncols + SDP_META_TOPIC] = d->topic;
+	nulls[ncols + SDP_META_TOPIC] = false;
+	values[ncols + SDP_META_PARTITION] = Int32GetDatum(m->partition);
+	nulls[ncols + SDP_META_PARTITION] = false;
+	values[ncols + SDP_META_OFFSET] = Int64GetDatum(m->offset);
+	nulls[ncols + SDP_META_OFFSET] = false;
+	nulls[ncols + SDP_META_KEY] = !sdp_bytes_are_text(m->key, m->key_len);
+	if (!nulls[ncols + SDP_META_KEY])
+		values[ncols + SDP_META_KEY] = PointerGetDatum(cstring_to_text_with_len(m->key, (int) m->key_len));
+	ts = rd_kafka_message_timestamp(m, &tstype);
+	nulls[ncols + SDP_META_TIMESTAMP] = (tstype == RD_KAFKA_TIMESTAMP_NOT_AVAILABLE || ts < 0);
+	if (!nulls[ncols + SDP_META_TIMESTAMP])
+		values[ncols + SDP_META_TIMESTAMP] =
+			TimestampTzGetDatum(ts * 1000 - (int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * USECS_PER_DAY);
+
+	b->rows[b->nrows] = heap_form_tuple(w->schema->tupdesc, values, nulls);
+	b->row_msg[b->nrows] = i;
+	b->nrows++;
+}
+
+/* Decode messages [lo, hi), after what was kept so far (what a failed range left is dropped). */
+static void
+decode_range(void *arg, int lo, int hi)
+{
+	DecodeRun  *d = arg;
+
+	d->b->nrows = d->nrows_done;
+	d->b->dead = list_truncate(d->b->dead, d->ndead_done);
+	for (int i = lo; i < hi; i++)
+		decode_one(d, i);
+	d->nrows_done = d->b->nrows;
+	d->ndead_done = list_length(d->b->dead);
+}
+
+/* Message i raised alone while decoding: its error is the reason. */
+static bool
+bad_decode(void *arg, int i, ErrorData *edata)
+{
+	DecodeRun  *d = arg;
+
+	d->b->nrows = d->nrows_done;
+	d->b->dead = list_truncate(d->b->dead, d->ndead_done);
+	sdp_dead_letter_add(d->b, d->b->msgs[i], "decode", edata->message, edata->sqlerrcode);
+	d->ndead_done = list_length(d->b->dead);
+	return true;
+}
+
+/*
+ * Decode every message of the batch into a row of the input schema; the
+ * ones that do not decode are set aside.  At once, or, after a message
+ * raised (a value its column's input function refused), with the raising
+ * messages isolated in subtransactions.
+ */
+static void
+stage_decode(FlowWorker *w, Batch *b, bool isolate)
+{
+	DecodeRun	d;
+
+	d.w = w;
+	d.b = b;
+	d.values = palloc(sizeof(Datum) * w->schema->tupdesc->natts);
+	d.nulls = palloc(sizeof(bool) * w->schema->tupdesc->natts);
+	d.topic = CStringGetTextDatum(w->source.topic);
+	d.nrows_done = 0;
+	d.ndead_done = 0;
 
 	/* from scratch: an attempt that raised part way through may have left rows behind */
 	b->nrows = 0;
 	b->dead = NIL;
 	b->rows = palloc(sizeof(HeapTuple) * Max(b->nmsgs, 1));
 	b->row_msg = palloc(sizeof(int) * Max(b->nmsgs, 1));
-	for (int i = 0; i < b->nmsgs; i++)
+	if (!isolate)
 	{
-		rd_kafka_message_t *m = b->msgs[i];
-		char	   *error;
-		int			sqlstate;
-		int64		ts;
-		rd_kafka_timestamp_type_t tstype;
-
-		if (!sdp_decode_message(w->schema, m->payload, m->len, values, nulls, &error, &sqlstate))
-		{
-			sdp_dead_letter_add(b, m, "decode", error, sqlstate);
-			continue;
-		}
-		if (w->op && w->event_time_index >= 0 && !nulls[w->event_time_index] &&
-			!sdp_event_time_usable(DatumGetTimestampTz(values[w->event_time_index])))
-		{
-			sdp_dead_letter_add(b, m, "decode",
-								psprintf("field \"%s\": event time %s is outside the range windows and watermarks can hold (%s to %s)",
-										 w->schema->columns[w->event_time_index].name,
-										 sdp_timestamp_text(DatumGetTimestampTz(values[w->event_time_index])),
-										 sdp_timestamp_text(MIN_TIMESTAMP + SDP_EVENT_TIME_MARGIN_US),
-										 sdp_timestamp_text(END_TIMESTAMP - SDP_EVENT_TIME_MARGIN_US - 1)),
-								ERRCODE_DATETIME_VALUE_OUT_OF_RANGE);
-			continue;
-		}
-		values[ncols + SDP_META_TOPIC] = topic;
-		nulls[ncols + SDP_META_TOPIC] = false;
-		values[ncols + SDP_META_PARTITION] = Int32GetDatum(m->partition);
-		nulls[ncols + SDP_META_PARTITION] = false;
-		values[ncols + SDP_META_OFFSET] = Int64GetDatum(m->offset);
-		nulls[ncols + SDP_META_OFFSET] = false;
-		nulls[ncols + SDP_META_KEY] = !sdp_bytes_are_text(m->key, m->key_len);
-		if (!nulls[ncols + SDP_META_KEY])
-			values[ncols + SDP_META_KEY] = PointerGetDatum(cstring_to_text_with_len(m->key, (int) m->key_len));
-		ts = rd_kafka_message_timestamp(m, &tstype);
-		nulls[ncols + SDP_META_TIMESTAMP] = (tstype == RD_KAFKA_TIMESTAMP_NOT_AVAILABLE || ts < 0);
-		if (!nulls[ncols + SDP_META_TIMESTAMP])
-			values[ncols + SDP_META_TIMESTAMP] =
-				TimestampTzGetDatum(ts * 1000 - (int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * USECS_PER_DAY);
-
-		b->rows[b->nrows] = heap_form_tuple(desc, values, nulls);
-		b->row_msg[b->nrows] = i;
-		b->nrows++;
+		b->decode_raised = true;	/* until it returns */
+		decode_range(&d, 0, b->nmsgs);
+		b->decode_raised = false;
 	}
+	else
+		(void) sdp_isolate(decode_range, bad_decode, sdp_is_decode_error, &d, 0, b->nmsgs);
 }
 
 /* ---- transform and write, with their isolating variants ---- */
@@ -215,7 +278,7 @@ stage_stateless(FlowWorker *w, Batch *b, bool isolate, char **fail_message)
 		transform_and_write(&r, 0, b->nrows);
 		return true;
 	}
-	if (sdp_isolate(transform_and_write, bad_message, &r, 0, b->nrows))
+	if (sdp_isolate(transform_and_write, bad_message, sdp_is_data_error, &r, 0, b->nrows))
 		return true;
 	*fail_message = r.fail_message;
 	return false;
@@ -237,7 +300,7 @@ stage_stateful(FlowWorker *w, Batch *b, bool isolate, char **fail_message)
 	r.rows = palloc(sizeof(HeapTuple));
 	if (!isolate)
 		transform_for_operator(&r, 0, b->nrows);
-	else if (!sdp_isolate(transform_for_operator, bad_message, &r, 0, b->nrows))
+	else if (!sdp_isolate(transform_for_operator, bad_message, sdp_is_data_error, &r, 0, b->nrows))
 	{
 		*fail_message = r.fail_message;
 		return false;
@@ -249,7 +312,7 @@ stage_stateful(FlowWorker *w, Batch *b, bool isolate, char **fail_message)
 	r.rows = emitted;
 	r.nrows = nemitted;
 	r.stage = "write";
-	if (sdp_isolate(write_emitted, bad_emitted_row, &r, 0, nemitted))
+	if (sdp_isolate(write_emitted, bad_emitted_row, sdp_is_data_error, &r, 0, nemitted))
 		return true;
 	*fail_message = r.fail_message;
 	return false;
@@ -317,7 +380,7 @@ attempt(FlowWorker *w, Batch *b, bool isolate, char **fail_message)
 	/* decoding happens once, in the first attempt (input functions read the catalogs) */
 	if (!b->decoded)
 	{
-		stage_decode(w, b);
+		stage_decode(w, b, isolate);
 		b->decoded = true;
 		b->ndead_decode = list_length(b->dead);
 	}
@@ -412,7 +475,8 @@ sdp_batch_run(FlowWorker *w, Batch *b, char **message)
 			*message = edata->message;
 			return SDP_BATCH_RESTART;
 		}
-		if (!isolate && sdp_is_data_error(edata->sqlerrcode))
+		if (!isolate && (sdp_is_data_error(edata->sqlerrcode) ||
+						 (b->decode_raised && sdp_is_decode_error(edata->sqlerrcode))))
 		{
 			isolate = true;
 			continue;

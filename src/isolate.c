@@ -9,9 +9,12 @@
  * callback sets that unit aside (dead letter, skip, or fail the flow); the
  * good ranges stay committed in the batch's transaction.
  *
- * Errors that are not about the data (a missing table, a revoked privilege,
- * a full disk) are not isolated: they propagate and abort the whole batch,
- * which the worker retries with backoff.
+ * Which errors are the units' fault is the caller's to say: for the
+ * transform and the write, data errors (sdp_is_data_error); for decoding,
+ * anything but running out of memory.  Errors that are not about the data
+ * (a missing table, a revoked privilege, a full disk) are not isolated: they
+ * propagate and abort the whole batch, which the worker retries with
+ * backoff.
  */
 #include "postgres.h"
 
@@ -39,12 +42,24 @@ sdp_is_data_error(int sqlerrcode)
 }
 
 /*
+ * Errors of decoding a message: decoding reads nothing but the message and
+ * the declared schema, so whatever it raises is the message's fault, a
+ * nesting too deep for the stack included; only running out of memory is
+ * not.
+ */
+bool
+sdp_is_decode_error(int sqlerrcode)
+{
+	return sqlerrcode != ERRCODE_OUT_OF_MEMORY;
+}
+
+/*
  * Run step(arg, lo, hi) in a subtransaction.  Returns NULL when it
- * committed, or the data error that rolled it back (in the caller's memory
- * context).  Other errors propagate.
+ * committed, or the error that rolled it back if it is the units' fault
+ * (in the caller's memory context).  Other errors propagate.
  */
 static ErrorData *
-run_in_subtransaction(SdpIsolateStep step, void *arg, int lo, int hi)
+run_in_subtransaction(SdpIsolateStep step, SdpIsolateFault fault, void *arg, int lo, int hi)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	ResourceOwner owner = CurrentResourceOwner;
@@ -70,7 +85,7 @@ run_in_subtransaction(SdpIsolateStep step, void *arg, int lo, int hi)
 		/* a registration left behind by the failed statement */
 		(void) SPI_unregister_relation(SDP_INPUT_RELATION);
 		(void) SPI_unregister_relation(SDP_OUTPUT_RELATION);
-		if (!sdp_is_data_error(edata->sqlerrcode))
+		if (!fault(edata->sqlerrcode))
 			ReThrowError(edata);
 	}
 	PG_END_TRY();
@@ -82,17 +97,17 @@ run_in_subtransaction(SdpIsolateStep step, void *arg, int lo, int hi)
  * alone.  Returns false as soon as 'bad' says stop.
  */
 bool
-sdp_isolate(SdpIsolateStep step, SdpIsolateBad bad, void *arg, int lo, int hi)
+sdp_isolate(SdpIsolateStep step, SdpIsolateBad bad, SdpIsolateFault fault, void *arg, int lo, int hi)
 {
 	ErrorData  *edata;
 
 	if (hi <= lo)
 		return true;
-	edata = run_in_subtransaction(step, arg, lo, hi);
+	edata = run_in_subtransaction(step, fault, arg, lo, hi);
 	if (edata == NULL)
 		return true;
 	if (hi - lo == 1)
 		return bad(arg, lo, edata);
-	return sdp_isolate(step, bad, arg, lo, lo + (hi - lo) / 2) &&
-		sdp_isolate(step, bad, arg, lo + (hi - lo) / 2, hi);
+	return sdp_isolate(step, bad, fault, arg, lo, lo + (hi - lo) / 2) &&
+		sdp_isolate(step, bad, fault, arg, lo + (hi - lo) / 2, hi);
 }

@@ -13,7 +13,12 @@ typedef void (*SdpIsolateStep) (void *arg, int lo, int hi);
 /* Unit i alone failed with edata: set it aside.  false stops (on_error = fail). */
 typedef bool (*SdpIsolateBad) (void *arg, int i, ErrorData *edata);
 
+/* Which errors are the units' fault, to be isolated; others propagate. */
+typedef bool (*SdpIsolateFault) (int sqlerrcode);
+
 extern bool sdp_is_data_error(int sqlerrcode);
-extern bool sdp_isolate(SdpIsolateStep step, SdpIsolateBad bad, void *arg, int lo, int hi);
+extern bool sdp_is_decode_error(int sqlerrcode);
+extern bool sdp_isolate(SdpIsolateStep step, SdpIsolateBad bad, SdpIsolateFault fault,
+						void *arg, int lo, int hi);
 
 #endif							/* SDP_ISOLATE_H */

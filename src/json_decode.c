@@ -15,8 +15,13 @@
  * schema does not declare is kept.  It is strict JSON (RFC 8259), checked
  * whole, and the payload must be UTF-8.
  *
- * A message that cannot be decoded is reported with the reason, never
- * raised: the caller dead-letters it and goes on with the batch.
+ * A message that cannot be decoded is reported with the reason: returned
+ * when this module finds it (bad JSON, not an object), raised when an input
+ * function or the parser raises it (a value that does not fit its column),
+ * with the field named in the message.  A raised error is never caught and
+ * ignored here: the batch pipeline rolls the attempt back and decodes again
+ * with each message in a subtransaction (batch.c), so that an input
+ * function's error leaves nothing behind.
  */
 #include "json_decode.h"
 
@@ -291,47 +296,34 @@ decode_failure(char **error, int *sqlstate, char *message)
 }
 
 /*
- * In a PG_CATCH: the error becomes the message's reason ("prefix: message"
- * when there is a prefix) and is cleared; allocations go back to cxt.
+ * In a PG_CATCH: raise the error again, its message prefixed with what was
+ * being decoded ("prefix: message"), so the reason names the field.
  */
 static void
-error_to_reason(MemoryContext cxt, const char *prefix, char **error, int *sqlstate)
+rethrow_with_prefix(MemoryContext cxt, const char *prefix)
 {
 	ErrorData  *edata;
 
 	MemoryContextSwitchTo(cxt);
 	edata = CopyErrorData();
 	FlushErrorState();
-	*error = prefix ? psprintf("%s: %s", prefix, edata->message) : pstrdup(edata->message);
-	*sqlstate = edata->sqlerrcode;
-	FreeErrorData(edata);
+	edata->message = psprintf("%s: %s", prefix, edata->message);
+	ReThrowError(edata);
 }
 
 /* The UTF-8 payload in a server encoding other than UTF-8, or the reason it has no such form. */
-static bool
-to_server_encoding(const char *payload, size_t len, char **text, char **error, int *sqlstate)
+static char *
+to_server_encoding(const char *payload, size_t len)
 {
-	MemoryContext cxt = CurrentMemoryContext;
-	volatile bool ok = true;
-
-	PG_TRY();
-	{
-		*text = pg_any_to_server(pnstrdup(payload, len), (int) len, PG_UTF8);
-	}
-	PG_CATCH();
-	{
-		error_to_reason(cxt, NULL, error, sqlstate);
-		ok = false;
-	}
-	PG_END_TRY();
-	return ok;
+	return pg_any_to_server(pnstrdup(payload, len), (int) len, PG_UTF8);
 }
 
 /*
  * Decode one payload into values/nulls of the declared columns (the first
- * schema->ncolumns entries).  Returns true on success; otherwise fills
- * *error with the reason and *sqlstate with its SQLSTATE and returns false.
- * Allocations go to CurrentMemoryContext.
+ * schema->ncolumns entries).  Returns true on success; false with the
+ * reason in *error and its SQLSTATE in *sqlstate when the payload is not a
+ * JSON object; raises, with the reason as the message, when a value does
+ * not fit its column.  Allocations go to CurrentMemoryContext.
  */
 bool
 sdp_decode_message(SdpInputSchema *schema, const char *payload, size_t len,
@@ -344,7 +336,6 @@ sdp_decode_message(SdpInputSchema *schema, const char *payload, size_t len,
 	char	   *text = (char *) payload;
 	int			valid;
 	volatile int failed_column = -1;
-	volatile bool ok = true;
 
 	if (payload == NULL || len == 0)
 		return decode_failure(error, sqlstate, pstrdup("empty message (no JSON payload)"));
@@ -358,8 +349,7 @@ sdp_decode_message(SdpInputSchema *schema, const char *payload, size_t len,
 							  psprintf("message is not valid UTF-8 (at byte %d)", valid));
 	if (GetDatabaseEncoding() != PG_UTF8)
 	{
-		if (!to_server_encoding(payload, len, &text, error, sqlstate))
-			return false;
+		text = to_server_encoding(payload, len);
 		len = strlen(text);
 	}
 
@@ -382,8 +372,7 @@ sdp_decode_message(SdpInputSchema *schema, const char *payload, size_t len,
 	}
 	PG_CATCH();
 	{
-		error_to_reason(cxt, "invalid JSON", error, sqlstate);
-		return false;
+		rethrow_with_prefix(cxt, "invalid JSON");
 	}
 	PG_END_TRY();
 	if (result != JSON_SUCCESS)
@@ -415,9 +404,8 @@ sdp_decode_message(SdpInputSchema *schema, const char *payload, size_t len,
 	PG_CATCH();
 	{
 		MemoryContextSwitchTo(cxt);
-		error_to_reason(cxt, psprintf("field \"%s\"", schema->columns[failed_column].name), error, sqlstate);
-		ok = false;
+		rethrow_with_prefix(cxt, psprintf("field \"%s\"", schema->columns[failed_column].name));
 	}
 	PG_END_TRY();
-	return ok;
+	return true;
 }

@@ -54,7 +54,8 @@ typedef struct Batch
 	int64		rows_skipped;
 	int64		rows_late;		/* set aside by the operator as late */
 	int64		read_us;		/* Unix time (us) when the batch was taken */
-	bool		decoded;		/* decoding happens once, in the first attempt */
+	bool		decoded;		/* decoding happens once, in the first attempt that gets through it */
+	bool		decode_raised;	/* a message raised while decoding at once: isolate them */
 	int			ndead_decode;	/* the first entries of dead are decode failures */
 	int64	   *next;			/* per assigned partition: next offset once committed */
 	bool		checkpointed;	/* a stateful flow's checkpoint committed with it */
