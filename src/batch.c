@@ -17,10 +17,15 @@
  * the bad messages, or the operator's bad rows, are found and set aside
  * (dead_letter.c) and the rest commits.
  *
+ * Which message is at fault is told by evidence, not only by SQLSTATE: a
+ * data error is the message's; any other error a row can cause (a key too
+ * long for an index, a row-level security policy) is the message's when
+ * the rest of the batch goes through, and the flow's when every message
+ * fails alike (a revoked privilege, a dropped table).
+ *
  * How a batch ends is returned to the worker loop, which acts on it:
- * committed; retry (an error not about the data: a missing table, a revoked
- * privilege, a full disk, so nothing is dead-lettered for the environment's
- * sake); fail (on_error = fail met a bad message, or the state outgrew its
+ * committed; retry (the flow's fault, or one no row causes: a deadlock, a
+ * full disk, so nothing is dead-lettered for the environment's sake); fail (on_error = fail met a bad message, or the state outgrew its
  * limit); restart (an error after the operator changed its state, which is
  * in shared memory and does not roll back: the worker restarts from its
  * last checkpoint and replays; emissions are upserts and dead letters are
@@ -190,7 +195,19 @@ stage_decode(FlowWorker *w, Batch *b, bool isolate)
 
 /* ---- transform and write, with their isolating variants ---- */
 
-/* What an isolated stage works on: the batch, and for the operator's rows, those rows. */
+/*
+ * What an isolated stage works on: the batch, and for the operator's rows,
+ * those rows.
+ *
+ * A unit that fails alone with a data error is bad, whatever the others
+ * do.  A unit that fails alone with any other error a row can cause (a key
+ * too long for an index, a row a row-level security policy rejects) is only
+ * a suspect: if at least one other unit of the stage went through, the
+ * error is the suspect's own and it is set aside; if none did, there is no
+ * evidence against the rows (a revoked privilege, a dropped table fails
+ * them all alike) and the error is raised again for the whole batch, which
+ * the worker retries.
+ */
 typedef struct StageRun
 {
 	FlowWorker *w;
@@ -199,7 +216,16 @@ typedef struct StageRun
 	HeapTuple  *rows;			/* the transform's output collected (stateful), or the emitted rows */
 	int			nrows;
 	char	   *fail_message;
+	int			nunits_ok;		/* units that went through */
+	List	   *suspects;		/* Suspect *: units that failed alone with an error not about data */
 } StageRun;
+
+typedef struct Suspect
+{
+	int			unit;
+	const char *stage;
+	ErrorData  *edata;
+} Suspect;
 
 /* A stateless flow: transform and write input rows [lo, hi). */
 static void
@@ -216,6 +242,7 @@ transform_and_write(void *arg, int lo, int hi)
 	written = sdp_sink_write(&r->w->sink, out, nout);
 	r->b->rows_out += nout;
 	r->b->rows_written += written;
+	r->nunits_ok += hi - lo;
 }
 
 /* A stateful flow: transform input rows [lo, hi) and check them for the operator; collect the output. */
@@ -233,6 +260,7 @@ transform_for_operator(void *arg, int lo, int hi)
 	r->rows = repalloc(r->rows, sizeof(HeapTuple) * (r->nrows + nout + 1));
 	memcpy(r->rows + r->nrows, out, sizeof(HeapTuple) * nout);
 	r->nrows += nout;
+	r->nunits_ok += hi - lo;
 }
 
 /* The operator's emitted rows [lo, hi) into the target. */
@@ -243,42 +271,88 @@ write_emitted(void *arg, int lo, int hi)
 
 	r->stage = "write";
 	r->b->rows_written += sdp_sink_write(&r->w->sink, r->rows + lo, hi - lo);
+	r->nunits_ok += hi - lo;
 }
 
-/* Input row i (of message b->row_msg[i]) failed alone. */
+/* Set unit i (an input row's message, or an emitted row) aside. */
+static bool
+set_unit_aside(StageRun *r, bool message, int i, const char *stage, ErrorData *edata)
+{
+	if (message)
+		return sdp_set_aside(r->w, r->b, r->b->msgs[r->b->row_msg[i]], NULL, stage, edata, &r->fail_message);
+	return sdp_set_aside(r->w, r->b, NULL, sdp_row_as_json(r->w->sink.row_desc, r->rows[i]),
+						 stage, edata, &r->fail_message);
+}
+
+/* Unit i failed alone: bad if the error is about its data, else a suspect until the stage ends. */
+static bool
+bad_unit(StageRun *r, bool message, int i, ErrorData *edata)
+{
+	Suspect    *s;
+
+	if (sdp_is_data_error(edata->sqlerrcode))
+		return set_unit_aside(r, message, i, r->stage, edata);
+	s = palloc(sizeof(Suspect));
+	s->unit = i;
+	s->stage = r->stage;
+	s->edata = edata;
+	r->suspects = lappend(r->suspects, s);
+	return true;
+}
+
 static bool
 bad_message(void *arg, int i, ErrorData *edata)
 {
-	StageRun   *r = arg;
-
-	return sdp_set_aside(r->w, r->b, r->b->msgs[r->b->row_msg[i]], NULL, r->stage, edata, &r->fail_message);
+	return bad_unit(arg, true, i, edata);
 }
 
-/* Emitted row i failed alone. */
 static bool
 bad_emitted_row(void *arg, int i, ErrorData *edata)
 {
-	StageRun   *r = arg;
-
-	return sdp_set_aside(r->w, r->b, NULL, sdp_row_as_json(r->w->sink.row_desc, r->rows[i]),
-						 r->stage, edata, &r->fail_message);
+	return bad_unit(arg, false, i, edata);
 }
 
 /*
- * A stateless flow's rows: at once (fast path: a data error aborts the
- * attempt and the next one isolates), or isolated.
+ * Run an isolated stage over units [lo, hi) and judge its suspects.  Returns
+ * false when on_error = fail met a bad unit; raises the suspects' first
+ * error when no unit went through.
+ */
+static bool
+run_isolated_stage(StageRun *r, SdpIsolateStep step, bool message, int lo, int hi)
+{
+	ListCell   *lc;
+
+	if (!sdp_isolate(step, message ? bad_message : bad_emitted_row, sdp_is_row_error, r, lo, hi))
+		return false;
+	if (r->suspects == NIL)
+		return true;
+	if (r->nunits_ok == 0)
+		ReThrowError(((Suspect *) linitial(r->suspects))->edata);
+	foreach(lc, r->suspects)
+	{
+		Suspect    *s = lfirst(lc);
+
+		if (!set_unit_aside(r, message, s->unit, s->stage, s->edata))
+			return false;
+	}
+	return true;
+}
+
+/*
+ * A stateless flow's rows: at once (fast path: an error aborts the attempt
+ * and the next one isolates), or isolated.
  */
 static bool
 stage_stateless(FlowWorker *w, Batch *b, bool isolate, char **fail_message)
 {
-	StageRun	r = {w, b, "transform", NULL, 0, NULL};
+	StageRun	r = {w, b, "transform"};
 
 	if (!isolate)
 	{
 		transform_and_write(&r, 0, b->nrows);
 		return true;
 	}
-	if (sdp_isolate(transform_and_write, bad_message, sdp_is_data_error, &r, 0, b->nrows))
+	if (run_isolated_stage(&r, transform_and_write, true, 0, b->nrows))
 		return true;
 	*fail_message = r.fail_message;
 	return false;
@@ -293,28 +367,24 @@ stage_stateless(FlowWorker *w, Batch *b, bool isolate, char **fail_message)
 static bool
 stage_stateful(FlowWorker *w, Batch *b, bool isolate, char **fail_message)
 {
-	StageRun	r = {w, b, "transform", NULL, 0, NULL};
-	HeapTuple  *emitted;
-	int			nemitted;
+	StageRun	r = {w, b, "transform"};
+	StageRun	e = {w, b, "write"};
 
 	r.rows = palloc(sizeof(HeapTuple));
 	if (!isolate)
 		transform_for_operator(&r, 0, b->nrows);
-	else if (!sdp_isolate(transform_for_operator, bad_message, sdp_is_data_error, &r, 0, b->nrows))
+	else if (!run_isolated_stage(&r, transform_for_operator, true, 0, b->nrows))
 	{
 		*fail_message = r.fail_message;
 		return false;
 	}
 	b->rows_out = r.nrows;
 
-	nemitted = sdp_stateful_operate(w, b, r.rows, r.nrows, &emitted);
+	e.nrows = sdp_stateful_operate(w, b, r.rows, r.nrows, &e.rows);
 
-	r.rows = emitted;
-	r.nrows = nemitted;
-	r.stage = "write";
-	if (sdp_isolate(write_emitted, bad_emitted_row, sdp_is_data_error, &r, 0, nemitted))
+	if (run_isolated_stage(&e, write_emitted, false, 0, e.nrows))
 		return true;
-	*fail_message = r.fail_message;
+	*fail_message = e.fail_message;
 	return false;
 }
 
@@ -475,7 +545,7 @@ sdp_batch_run(FlowWorker *w, Batch *b, char **message)
 			*message = edata->message;
 			return SDP_BATCH_RESTART;
 		}
-		if (!isolate && (sdp_is_data_error(edata->sqlerrcode) ||
+		if (!isolate && (sdp_is_row_error(edata->sqlerrcode) ||
 						 (b->decode_raised && sdp_is_decode_error(edata->sqlerrcode))))
 		{
 			isolate = true;

@@ -9,12 +9,13 @@
  * callback sets that unit aside (dead letter, skip, or fail the flow); the
  * good ranges stay committed in the batch's transaction.
  *
- * Which errors are the units' fault is the caller's to say: for the
- * transform and the write, data errors (sdp_is_data_error); for decoding,
- * anything but running out of memory.  Errors that are not about the data
- * (a missing table, a revoked privilege, a full disk) are not isolated: they
- * propagate and abort the whole batch, which the worker retries with
- * backoff.
+ * Which errors may be the units' fault is the caller's to say: for the
+ * transform and the write, any error a row can cause (sdp_is_row_error),
+ * judged by evidence in batch.c (a data error is the unit's fault; another
+ * is only when other units went through); for decoding, anything but
+ * running out of memory.  Errors no row causes (a deadlock, a full disk)
+ * are not isolated: they propagate and abort the whole batch, which the
+ * worker retries with backoff.
  */
 #include "postgres.h"
 
@@ -39,6 +40,32 @@ sdp_is_data_error(int sqlerrcode)
 		category == ERRCODE_SQL_ROUTINE_EXCEPTION ||
 		category == ERRCODE_EXTERNAL_ROUTINE_INVOCATION_EXCEPTION ||
 		sqlerrcode == ERRCODE_RAISE_EXCEPTION;
+}
+
+/*
+ * Errors a single message or row can be the cause of: data errors, and
+ * others such as a key too long for an index (54000) or a row a row-level
+ * security policy rejects (42501), which the same error from every row
+ * tells apart from the flow's own fault (batch.c).  Not: a transaction
+ * rolled back for its concurrency (a deadlock, a serialization failure),
+ * resources, the operator's intervention, the system, internal errors, or
+ * a lock not available: those are retried, never pinned on a row.
+ */
+bool
+sdp_is_row_error(int sqlerrcode)
+{
+	switch (ERRCODE_TO_CATEGORY(sqlerrcode))
+	{
+		case ERRCODE_TRANSACTION_ROLLBACK:
+		case ERRCODE_INSUFFICIENT_RESOURCES:
+		case ERRCODE_OPERATOR_INTERVENTION:
+		case ERRCODE_SYSTEM_ERROR:
+		case ERRCODE_INTERNAL_ERROR:
+		case ERRCODE_CONNECTION_EXCEPTION:
+			return false;
+		default:
+			return sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE;
+	}
 }
 
 /*

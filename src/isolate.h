@@ -17,6 +17,7 @@ typedef bool (*SdpIsolateBad) (void *arg, int i, ErrorData *edata);
 typedef bool (*SdpIsolateFault) (int sqlerrcode);
 
 extern bool sdp_is_data_error(int sqlerrcode);
+extern bool sdp_is_row_error(int sqlerrcode);
 extern bool sdp_is_decode_error(int sqlerrcode);
 extern bool sdp_isolate(SdpIsolateStep step, SdpIsolateBad bad, SdpIsolateFault fault,
 						void *arg, int lo, int hi);

@@ -63,7 +63,8 @@ typedef enum SdpFlowState
 	SDP_FLOW_RUNNING,			/* consuming and committing */
 	SDP_FLOW_STOPPING,			/* asked to stop, worker still alive */
 	SDP_FLOW_RESTARTING,		/* worker exited unexpectedly, waiting out backoff */
-	SDP_FLOW_FAILED				/* stopped by an error; needs sdp_start_flow */
+	SDP_FLOW_FAILED,			/* stopped by an error; needs sdp_start_flow */
+	SDP_FLOW_RETRYING			/* running, but its batch failed for a reason not its messages': waiting to try again */
 } SdpFlowState;
 
 extern const char *sdp_flow_state_name(SdpFlowState state);

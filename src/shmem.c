@@ -115,6 +115,8 @@ sdp_flow_state_name(SdpFlowState state)
 			return "restarting";
 		case SDP_FLOW_FAILED:
 			return "failed";
+		case SDP_FLOW_RETRYING:
+			return "retrying";
 	}
 	return "unknown";
 }

@@ -526,15 +526,62 @@ ms_until(TimestampTz now, TimestampTz when)
 	return (long) ((when - now + 999) / 1000);
 }
 
+/* The flow's state in the slot: running, or retrying a batch. */
+static void
+worker_set_state(FlowWorker *w, SdpFlowState state, bool clear_error)
+{
+	SpinLockAcquire(&w->slot->mutex);
+	w->slot->state = state;
+	if (clear_error)
+	{
+		w->slot->last_error[0] = '\0';
+		w->slot->last_error_at = 0;
+	}
+	SpinLockRelease(&w->slot->mutex);
+}
+
+/*
+ * A batch waiting to be retried takes the messages that arrived meanwhile,
+ * up to the batch's bounds: a message that fails alone, in a batch of its
+ * own, is told apart from the flow's own fault only by others that go
+ * through (batch.c).  Decoding starts again with them.
+ */
+static void
+worker_grow_batch(FlowWorker *w, Batch *b)
+{
+	size_t		bytes = 0;
+	size_t		max_bytes = (size_t) w->opts.max_batch_kb * 1024;
+	int			n;
+
+	if (b->nmsgs >= w->opts.max_batch_rows)
+		return;
+	for (int i = 0; i < b->nmsgs; i++)
+		bytes += b->msgs[i]->len + b->msgs[i]->key_len;
+	if (bytes >= max_bytes)
+		return;
+	n = kafka_source_poll(w->kafka, b->msgs + b->nmsgs, w->opts.max_batch_rows - b->nmsgs, &bytes, max_bytes);
+	if (n == 0)
+		return;
+	b->nmsgs += n;
+	b->decoded = false;
+	b->decode_raised = false;
+	b->dead = NIL;
+	b->ndead_decode = 0;
+}
+
 /*
  * Run a batch through the pipeline until it commits, and act on how it
- * ended: an error not about the data is retried with backoff (the batch is
- * kept in memory), so the flow waits out a missing table or a full disk
- * instead of losing data; the backoff starts again after a commit.
+ * ended: an error not about the messages is retried with backoff (the
+ * batch is kept in memory, and grows with what arrives), so the flow waits
+ * out a missing table or a full disk instead of losing data; the flow shows
+ * 'retrying' with the error meanwhile, and 'running' with no error again
+ * after the next commit, when the backoff starts over.
  */
 static void
 worker_run_batch(FlowWorker *w, Batch *b)
 {
+	bool		retried = false;
+
 	for (;;)
 	{
 		char	   *message = NULL;
@@ -546,6 +593,8 @@ worker_run_batch(FlowWorker *w, Batch *b)
 			case SDP_BATCH_COMMITTED:
 				w->error_backoff_ms = 0;
 				sdp_batch_account(w, b);
+				if (retried)
+					worker_set_state(w, SDP_FLOW_RUNNING, true);
 				pgstat_report_activity(STATE_IDLE, NULL);
 				return;
 			case SDP_BATCH_FAIL:
@@ -558,12 +607,18 @@ worker_run_batch(FlowWorker *w, Batch *b)
 				proc_exit(1);
 				break;
 			case SDP_BATCH_RETRY:
+				retried = true;
 				w->error_backoff_ms = Min(Max(w->error_backoff_ms * 2, SDP_RETRY_MIN_MS), SDP_RETRY_MAX_MS);
 				msg = psprintf("batch of %d messages not written, retrying in %d ms: %s",
 							   b->nmsgs, w->error_backoff_ms, message);
 				ereport(LOG, (errmsg("sdp flow \"%s\": %s", w->args.name, msg)));
 				sdp_worker_set_error(w, msg);
+				worker_set_state(w, SDP_FLOW_RETRYING, false);
+				pgstat_report_activity(STATE_IDLE, NULL);
 				sdp_worker_wait(w, w->error_backoff_ms);
+				/* the lag goes on growing while we wait: show it */
+				sdp_publish_high_watermarks(w);
+				worker_grow_batch(w, b);
 				break;
 		}
 	}
@@ -635,6 +690,7 @@ worker_loop(FlowWorker *w)
 			batch.msgs = w->poll_buf;
 			batch.read_us = sdp_unix_now_us();
 			worker_run_batch(w, &batch);
+			n = batch.nmsgs;	/* a retried batch may have grown */
 			for (int i = 0; i < n; i++)
 				rd_kafka_message_destroy(w->poll_buf[i]);
 			MemoryContextSwitchTo(oldcxt);

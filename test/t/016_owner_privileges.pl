@@ -49,11 +49,15 @@ ok(SdpTest::wait_for($node,
 is(SdpTest::query($node, 'SELECT count(*) FROM app_events'), '2000', 'nothing more is written');
 is(SdpTest::query($node, "SELECT count(*) FROM sdp.dead_letters WHERE flow = 'app_flow'"), '0',
 	'nothing is dead-lettered for a missing privilege');
-is(SdpTest::query($node, "SELECT state FROM sdp.flow_status WHERE flow = 'app_flow'"), 'running',
-	'the flow waits and retries');
+is(SdpTest::query($node, "SELECT state FROM sdp.flow_status WHERE flow = 'app_flow'"), 'retrying',
+	'the flow waits and retries, and its state says so');
+ok(SdpTest::wait_for($node, "SELECT lag = 2000 FROM sdp.flow_status WHERE flow = 'app_flow'"),
+	'its lag counts the messages it has not written');
 
 SdpTest::query($node, 'GRANT INSERT ON app_events TO app');
 ok(SdpTest::wait_consumed($node, 'app_flow', 4000), 'after GRANT the flow catches up');
+is(SdpTest::query($node, "SELECT state || '|' || coalesce(last_error, '') FROM sdp.flow_status WHERE flow = 'app_flow'"),
+	'running|', 'running again, and the error is gone once it commits');
 my %parts = map { $_ => $r1->{partitions}{$_} + $r2->{partitions}{$_} } keys %{ $r1->{partitions} };
 SdpTest::assert_exactly_once($node, 'app_events', \%parts, 'across the revoked privilege');
 
