@@ -117,7 +117,21 @@ sdp_flow_worker_main(Datum main_arg)
 	w->slot->state = SDP_FLOW_RUNNING;
 	SpinLockRelease(&w->slot->mutex);
 
-	worker_open_source(w);
+	/* An error connecting (e.g. a librdkafka property it refuses) is shown in the status before the worker exits. */
+	PG_TRY();
+	{
+		worker_open_source(w);
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(w->flow_cxt);
+		edata = CopyErrorData();
+		sdp_worker_set_error(w, edata->message);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
 	ereport(LOG,
 			(errmsg("sdp flow \"%s\" consuming topic \"%s\" (%d partitions) into %s",
 					w->args.name, w->source.topic, w->npartitions, w->sink.relname)));

@@ -125,4 +125,13 @@ unlike($log, qr/reference leak|snapshot .* still active|TRAP|was not closed/i,
 	'the failed loads left no relcache reference, snapshot or resource behind');
 unlike($log, qr/server process .* was terminated/, 'no server process crashed');
 
+# 4. An error connecting to Kafka when the worker starts is shown in the status.
+SdpTest::query($node, <<"SQL");
+CREATE TABLE t_ssl (seq bigint);
+SELECT sdp_create_source('bad_ssl', '$boot', 'bk', '{"security.protocol": "ssl", "ssl.ca.location": "/nonexistent/ca.pem"}');
+SELECT sdp_create_flow('bad_ssl', 'bad_ssl', 't_ssl', 'seq bigint', options => '{"mode": "append"}');
+SQL
+ok(SdpTest::wait_for($node, "SELECT last_error LIKE 'could not create Kafka consumer%' FROM sdp.flow_status WHERE flow = 'bad_ssl'"),
+	'a worker that cannot create its Kafka consumer says why in last_error');
+
 done_testing();
