@@ -30,7 +30,7 @@ endif
 SHLIB_LINK += -lrdkafka -lm
 
 # Tools: plain programs beside the extension (embedded broker, event generators).
-TOOLS = $(patsubst %.c,%,$(wildcard tools/*.c))
+TOOLS = $(patsubst %.c,%,$(filter-out tools/producer.c,$(wildcard tools/*.c)))
 TOOL_CFLAGS = -O2 -g -Wall -Wextra -Wno-unused-parameter $(if $(filter true,$(CI)),-Werror)
 EXTRA_CLEAN = $(TOOLS) tmp_check_regress results regression.diffs regression.out
 
@@ -45,7 +45,10 @@ all: tools
 tools: $(TOOLS)
 
 tools/%: tools/%.c $(wildcard tools/*.h)
-	$(CC) $(TOOL_CFLAGS) -o $@ $< -lrdkafka -ljansson -lm -lpthread
+	$(CC) $(TOOL_CFLAGS) -o $@ $(filter %.c,$^) -lrdkafka -lm -lpthread
+
+# the generators' common part, and the broker's messages and stop signals
+tools/sdp_broker tools/flight_sim tools/payment_sim: tools/producer.c
 
 # the dashboard is a database client: libpq and an HTTP server, no Kafka
 tools/sdp_dashboard: tools/sdp_dashboard.c $(wildcard tools/*.h)
