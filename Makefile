@@ -53,8 +53,8 @@ $(KAFKA_TOOLS): tools/%: tools/%.c $(wildcard tools/*.h)
 tools/sdp_broker tools/flight_sim tools/payment_sim: tools/producer.c
 
 # the dashboard is a database client: libpq and an HTTP server, no Kafka
-tools/sdp_dashboard: tools/sdp_dashboard.c
-	$(CC) $(TOOL_CFLAGS) -I$(shell $(PG_CONFIG) --includedir) -o $@ $< \
+tools/sdp_dashboard: $(wildcard tools/dashboard/*.c tools/dashboard/*.h)
+	$(CC) $(TOOL_CFLAGS) -I$(shell $(PG_CONFIG) --includedir) -o $@ $(filter %.c,$^) \
 		-lpq -lmicrohttpd -ljansson -lm -lpthread
 
 # The two halves of installcheck, runnable on their own (scripts/test.sh).
