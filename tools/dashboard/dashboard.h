@@ -74,8 +74,8 @@ extern DashboardOptions opt;
 /* Set once when the program stops: streams end, the DB thread returns. */
 extern atomic_bool stopping;
 
-/* main.c: logging (on stderr, prefixed) and clocks */
-extern void log_info(const char *fmt,...) __attribute__((format(printf, 1, 2)));	/* not with --quiet */
+/* main.c: logging on stderr (log_info is silenced by --quiet) and clocks */
+extern void log_info(const char *fmt,...) __attribute__((format(printf, 1, 2)));
 extern void log_error(const char *fmt,...) __attribute__((format(printf, 1, 2)));
 extern int64_t monotonic_ms(void);
 extern double wall_ms(void);	/* ms since the epoch, with a fraction */

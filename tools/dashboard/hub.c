@@ -68,7 +68,7 @@ struct SseClient
 
 Hub			hub = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
-/* Events any stream may hold without counting: made at start, never freed. */
+/* Events any stream may hold without counting: made by hub_init(), freed at exit. */
 static SseEvent *keepalive_event;	/* an SSE comment */
 static SseEvent *retry_event;	/* how soon the browser reconnects */
 
