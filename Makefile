@@ -1,7 +1,8 @@
 # sdp_ext: streaming declarative pipelines inside PostgreSQL.
 #
-#   make                 the extension and the tools in tools/
+#   make                 the extension (needs PostgreSQL's server headers, librdkafka)
 #   make install         the extension into the PostgreSQL found by pg_config
+#   make tools           the tools in tools/ (also libjansson, libmicrohttpd, libpq)
 #   make installcheck    pg_regress (sql/, expected/) and TAP (test/t/)
 #
 # Set CI=true (as CI does) for -Werror and assertion checks.
@@ -29,8 +30,10 @@ PG_CFLAGS += -Werror -DUSE_ASSERT_CHECKING
 endif
 SHLIB_LINK += -lrdkafka -lm
 
-# Tools: plain programs beside the extension (embedded broker, event generators).
-TOOLS = $(patsubst %.c,%,$(wildcard tools/*.c))
+# Tools: plain programs beside the extension (embedded broker, event
+# generators, dashboard), built by "make tools" with libraries of their own.
+KAFKA_TOOLS = tools/sdp_broker tools/flight_sim tools/payment_sim tools/kafka_floor
+TOOLS = $(KAFKA_TOOLS) tools/sdp_dashboard
 TOOL_CFLAGS = -O2 -g -Wall -Wextra -Wno-unused-parameter $(if $(filter true,$(CI)),-Werror)
 EXTRA_CLEAN = $(TOOLS) tmp_check_regress results regression.diffs regression.out
 
@@ -40,16 +43,19 @@ include $(PGXS)
 # every object depends on every header: rebuild all when a struct changes
 $(OBJS): $(wildcard src/*.h)
 
-all: tools
 .PHONY: tools
 tools: $(TOOLS)
 
-tools/%: tools/%.c $(wildcard tools/*.h)
-	$(CC) $(TOOL_CFLAGS) -o $@ $< -lrdkafka -ljansson -lm -lpthread
+$(KAFKA_TOOLS): tools/%: tools/%.c $(wildcard tools/*.h)
+	$(CC) $(TOOL_CFLAGS) -o $@ $(filter %.c,$^) -lrdkafka -lm -lpthread
+
+# the generators' common part, and the broker's messages and stop signals
+tools/sdp_broker tools/flight_sim tools/payment_sim: tools/producer.c
 
 # the dashboard is a database client: libpq and an HTTP server, no Kafka
-tools/sdp_dashboard: tools/sdp_dashboard.c $(wildcard tools/*.h)
-	$(CC) $(TOOL_CFLAGS) -I$(shell $(PG_CONFIG) --includedir) -o $@ $< -lpq -lmicrohttpd -ljansson -lm -lpthread
+tools/sdp_dashboard: $(wildcard tools/dashboard/*.c tools/dashboard/*.h)
+	$(CC) $(TOOL_CFLAGS) -I$(shell $(PG_CONFIG) --includedir) -o $@ $(filter %.c,$^) \
+		-lpq -lmicrohttpd -ljansson -lm -lpthread
 
 # The two halves of installcheck, runnable on their own (scripts/test.sh).
 .PHONY: regresscheck tapcheck

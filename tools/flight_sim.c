@@ -56,10 +56,12 @@
 
 #include <librdkafka/rdkafka.h>
 
-#define TOOL_NAME "flight_sim"
 #include "producer.h"
 
 #include "airports.h"
+
+const char tool_name[] = "flight_sim";
+const int fatal_exit_status = 2;
 
 #define EARTH_RADIUS_NM		3440.065
 #define DEG2RAD(d)			((d) * M_PI / 180.0)

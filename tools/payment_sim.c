@@ -83,8 +83,10 @@
 
 #include <librdkafka/rdkafka.h>
 
-#define TOOL_NAME "payment_sim"
 #include "producer.h"
+
+const char tool_name[] = "payment_sim";
+const int fatal_exit_status = 2;
 
 #define MAX_MERCHANTS		99999	/* "m" + 5 digits */
 #define MAX_INCIDENTS		64
@@ -712,7 +714,7 @@ print_report(int64_t sent, int64_t late, double seconds,
 		snprintf(own_counts, sizeof(own_counts), "%" PRId64 " late", late);
 		print_summary(sent, own_counts, seconds);
 		if (sent > 0)
-			fprintf(stderr, TOOL_NAME ": event_ts from %s to %s\n",
+			fprintf(stderr, "%s: event_ts from %s to %s\n", tool_name,
 					first_event_ts, last_event_ts);
 		print_first_delivery_error(sent);
 	}

@@ -86,12 +86,13 @@
 #include <librdkafka/rdkafka_mock.h>
 
 /*
- * Of producer.h the broker uses only fatal() (which exits 1 here, as it always
+ * Of producer.c the broker uses only fatal() (which exits 1 here, as it always
  * has), vprint_message() and the stop request; the rest is the generators'.
  */
-#define TOOL_NAME "sdp_broker"
-#define FATAL_EXIT_STATUS 1
 #include "producer.h"
+
+const char tool_name[] = "sdp_broker";
+const int fatal_exit_status = 1;
 
 #define MAX_TOPICS		64
 #define MAX_BROKERS		64
@@ -117,7 +118,7 @@ typedef struct BrokerOptions
 
 /*
  * Set by signal handlers, acted upon in the main loop, like stop_requested
- * (SIGTERM, SIGINT) from producer.h.
+ * (SIGTERM, SIGINT) from producer.c.
  */
 static volatile sig_atomic_t got_down_all = 0;
 static volatile sig_atomic_t got_up_all = 0;
