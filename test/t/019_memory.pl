@@ -16,7 +16,8 @@ my $boot = $broker->bootstrap;
 my $sql = PostgreSQL::Test::Utils::slurp_file('examples/flights.sql');
 $sql =~ s/:'bootstrap'/'$boot'/;
 SdpTest::query($node, $sql);
-ok(SdpTest::wait_for($node, "SELECT count(*) = 2 FROM sdp.flow_status WHERE state = 'running' AND partitions IS NOT NULL"),
+ok($node->poll_query_until('postgres',
+		"SELECT count(*) = 2 FROM sdp.flow_status WHERE state = 'running' AND partitions IS NOT NULL"),
 	'both demo flows running');
 
 sub anon_kb

@@ -100,8 +100,8 @@ $node->command_ok(
 	[ 'psql', '-X', '-q', '-d', 'postgres', '-v', 'ON_ERROR_STOP=1',
 		'-v', 'bootstrap=' . $broker->bootstrap, '-f', 'examples/flights.sql' ],
 	'examples/flights.sql loads');
-ok(SdpTest::wait_for($node,
-		"SELECT count(*) = 2 FROM sdp.flow_status WHERE state = 'running' AND partitions IS NOT NULL", 60),
+ok($node->poll_query_until('postgres',
+		"SELECT count(*) = 2 FROM sdp.flow_status WHERE state = 'running' AND partitions IS NOT NULL"),
 	'positions_flow and zone_congestion_flow run');
 
 my $log_dir = $PostgreSQL::Test::Utils::log_path;
@@ -274,8 +274,8 @@ ok($cycle->{ok}, 'the page shows the database down, then up again')
 diag('database states on the page: '
 	  . join(' ', map { "$_->{state}@" . ($_->{at} - $since) . 'ms' } @{ $cycle->{states} // [] }));
 is(wait_health(sub { ($_[0]{db} // '') eq 'up' }, 10)->{db}, 'up', 'GET /health: up again');
-ok(SdpTest::wait_for($node,
-		"SELECT count(*) = 2 FROM sdp.flow_status WHERE state = 'running' AND partitions IS NOT NULL", 60),
+ok($node->poll_query_until('postgres',
+		"SELECT count(*) = 2 FROM sdp.flow_status WHERE state = 'running' AND partitions IS NOT NULL"),
 	'the flows run again');
 $dot = browser_cmd('wait_dot', icao24 => 'e2e002', timeout => 15000,
 	on_armed => sub { produce(position('e2e002', 30.0, -60.0, vert_rate => 1200)) });
