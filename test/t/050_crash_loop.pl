@@ -94,6 +94,7 @@ ok($node->poll_query_until('postgres', 'SELECT count(*) > 1000 FROM events'), 's
 # checkpoints), the others within 2.5 s (while they replay the backlog, or
 # keep up).
 my $started = time;
+my $log_start = -s $node->logfile;
 for my $cycle (1 .. $cycles)
 {
 	my $wait = rand() < 0.25 ? rand(0.3) : 0.3 + rand(2.2);
@@ -193,9 +194,21 @@ WITH s AS (SELECT st.key AS zone, m AS icao24 FROM sdp_flow_state('zone_congesti
 SELECT count(*) FROM s FULL JOIN expected_members e USING (zone, icao24) WHERE s.zone IS NULL OR e.zone IS NULL
 SQL
 
+# the crashes came after checkpoints: the stateful flows restored state
+my $log = slurp_file($node->logfile, $log_start);
+my %restored = map {
+	my $flow = $_;
+	my $n = () = $log =~ /sdp flow "$flow" restored the state of \d+ keys from its checkpoint/g;
+	($flow => $n)
+} qw(zone_congestion_flow flight_agg);
+ok($restored{zone_congestion_flow} > 0 && $restored{flight_agg} > 0,
+	"the stateful flows restored checkpointed state after crashes (zone_congestion_flow $restored{zone_congestion_flow} times, "
+	  . "flight_agg $restored{flight_agg} times)");
+
 my $restarts = SdpTest::query($node,
 	"SELECT string_agg(flow || ' ' || restarts, ', ' ORDER BY flow) FROM sdp.flow_status");
 diag("crash loop: $cycles crashes; $total messages ($sent from flight_sim, $partitions closing); "
-	  . "windows: $expected ($per_def); zones: $zones; worker restarts since the last start: $restarts");
+	  . "windows: $expected ($per_def); zones: $zones; checkpoints restored: zone_congestion_flow "
+	  . "$restored{zone_congestion_flow}, flight_agg $restored{flight_agg}; worker restarts since the last start: $restarts");
 
 done_testing();
