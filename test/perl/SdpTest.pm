@@ -87,6 +87,19 @@ sub create_source ($node, $name, $broker, $topic, $options = '{}')
 		"SELECT sdp_create_source('$name', '$boot', '$topic', '$options')");
 }
 
+=item wait_for($node, $sql)
+
+C<< $node->poll_query_until('postgres', $sql) >>: polls until $sql returns
+true; 1, or 0 with a diagnostic after
+$PostgreSQL::Test::Utils::timeout_default seconds.
+
+=cut
+
+sub wait_for ($node, $sql)
+{
+	return $node->poll_query_until('postgres', $sql);
+}
+
 =item wait_consumed($node, $flow, $total)
 
 Waits until the flow has committed offsets that add up to $total messages
