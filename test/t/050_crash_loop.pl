@@ -107,8 +107,9 @@ for my $cycle (1 .. $cycles)
 }
 pass(sprintf('%d crashes in %.0f s, each followed by a restart', $cycles, time - $started));
 
-# Stop the producer, then one message on every partition a day of event
-# time later (the stream's event time runs 20 times as fast, for minutes), outside every zone: the watermark passes every window of the
+# Stop the producer, then one message on every partition, outside every
+# zone, a day of event time later (the stream's event time runs 20 times as
+# fast as the clock, for minutes): the watermark passes every window of the
 # stream, which all close.
 my $report = $producer->stop;
 is($report->{delivered}, $report->{sent}, "producer delivered all it sent ($report->{sent})");
