@@ -113,15 +113,14 @@ use File::Spec;
 use File::Temp qw(tempdir);
 use IPC::Run ();
 use JSON::PP ();
-use POSIX qw(WNOHANG);
 use Time::HiRes qw(sleep);
 
 our @EXPORT_OK =
   qw(start_broker run_flightsim start_flightsim kcat_consume
   start_kcat_consume kcat_produce tools_dir);
 
-# Children started here and not reaped yet (pid => description), and the
-# process that owns them: a forked child must not kill its parent's helpers.
+# Children started here and not reaped yet (pid => IPC::Run harness), and
+# the process that owns them: a forked child must not kill its parent's helpers.
 my %live_children;
 my $owner_pid = $$;
 my $default_dir;
@@ -160,39 +159,34 @@ sub _slurp ($path)
 	return $data // '';
 }
 
-# Start a program in the background with its output in files.
+# Start a program in the background with its output in files; its pid.
 sub _spawn ($cmd, $stdout_file, $stderr_file)
 {
-	my $pid = fork();
-	croak "fork failed: $!" unless defined $pid;
-	if ($pid == 0)
-	{
-		open(STDIN, '<', '/dev/null') or POSIX::_exit(127);
-		open(STDOUT, '>', $stdout_file) or POSIX::_exit(127);
-		open(STDERR, '>', $stderr_file) or POSIX::_exit(127);
-		exec { $cmd->[0] } @$cmd or POSIX::_exit(127);
-	}
-	$live_children{$pid} = $cmd->[0];
+	my $h = IPC::Run::start($cmd, '<', '/dev/null', '>', $stdout_file, '2>', $stderr_file);
+	# IPC::Run has no accessor for it: the pid of its one child
+	my $pid = $h->{KIDS}[0]{PID};
+	croak "could not start $cmd->[0]" unless $pid;
+	$live_children{$pid} = $h;
 	return $pid;
 }
 
-# Wait up to $timeout seconds for $pid to exit; its wait status, or undef.
+# Wait up to $timeout seconds for $pid to exit; its wait status (-1 if it is
+# not a child of ours, or was reaped already), or undef if it still runs.
 sub _reap ($pid, $timeout)
 {
 	local $?;					# callers run in DESTROY and END too
+	my $h = $live_children{$pid} // return -1;
 	my $deadline = _now() + $timeout;
-	for (;;)
+	# with no pipe to it, a harness is pumpable while its child runs
+	while ($h->pumpable)
 	{
-		my $r = waitpid($pid, WNOHANG);
-		if ($r == $pid || $r == -1)
-		{
-			my $status = $r == $pid ? $? : -1;
-			delete $live_children{$pid};
-			return $status;
-		}
 		return undef if _now() >= $deadline;
 		sleep(0.02);
 	}
+	$h->finish;
+	delete $live_children{$pid};
+	my $status = $h->full_result(0);
+	return $status =~ /^\d+\z/ ? $status + 0 : -1;
 }
 
 # SIGTERM, then SIGKILL if it is still there after $grace seconds.

@@ -61,7 +61,7 @@ SELECT sdp_load_aggregations('payments_agg', \$\$[
   {"name": "method_counts_hop", "group_by": ["method"], "operation": "count",
    "window_size": "1 minute", "slide": "30 seconds", "allowance": "5 seconds"}]\$\$);
 SQL
-	ok(SdpTest::wait_for($node,
+	ok($node->poll_query_until('postgres',
 			"SELECT count(*) = 2 FROM sdp.flow_status WHERE flow IN ('payments_agg', 'payments_all') AND state = 'running' AND partitions IS NOT NULL"),
 		'payments flows running');
 }
@@ -73,7 +73,8 @@ sub warm_up ($node, $broker)
 	SdpKafka::kcat_produce(bootstrap => $broker->bootstrap, topic => 'payments', messages => [
 		[ 'm00001', '{"seq": 1000000, "merchant_id": "m00001", "country": "US", "method": "card", "status": "approved", "amount": 1.00, "event_ts": "2026-01-01T00:00:00.000Z"}', 0 ] ]);
 	ok(SdpTest::wait_consumed($node, 'payments_agg', 1), 'warm-up message consumed');
-	ok(SdpTest::wait_for($node, "SELECT watermark IS NOT NULL FROM sdp.flow_status WHERE flow = 'payments_agg'"),
+	ok($node->poll_query_until('postgres',
+			"SELECT watermark IS NOT NULL FROM sdp.flow_status WHERE flow = 'payments_agg'"),
 		'the watermark exists');
 }
 

@@ -13,8 +13,11 @@ SdpTest - PostgreSQL-side helpers for sdp_ext TAP tests
   my $broker = SdpKafka::start_broker(topics => { 'raw-flights' => 8 });
   my $node = SdpTest::new_node('main');              # sdp_ext preloaded, extension created
   SdpTest::create_source($node, 'flights', $broker, 'raw-flights');
-  SdpTest::wait_for($node, "SELECT count(*) = 100 FROM t");
+  $node->poll_query_until('postgres', "SELECT count(*) = 100 FROM t");
+  SdpTest::wait_consumed($node, 'flow', 100);         # its offsets reached 100 messages
+  my $offset = -s $node->logfile;                     # the log's size before an action
   SdpTest::crash_and_restart($node);                  # SIGKILL the postmaster, start again
+  $node->wait_for_log(qr/restored the state/, $offset);  # a line logged after it
 
 =head1 DESCRIPTION
 
@@ -23,6 +26,14 @@ shared_preload_libraries and sdp.database = postgres, where the extension is
 created.  Flows commit with synchronous_commit = off by default, so a crash
 really loses the tail of their commits, which is what exactly-once must
 survive.
+
+Waits use PostgreSQL::Test::Cluster's own: C<< $node->poll_query_until >>
+for a query to return true, and C<< $node->wait_for_log(qr/.../, $offset) >>
+with the log's size (C<< -s $node->logfile >>) taken before the action, so a
+line logged before it cannot satisfy the wait.  Both time out after
+C<$PostgreSQL::Test::Utils::timeout_default> seconds.  The server logs at the
+default C<log_min_messages> (C<warning>): LOG lines, and the ERRORs of flow
+workers (which rank below LOG for the server log).
 
 =cut
 
@@ -59,7 +70,6 @@ shared_preload_libraries = 'sdp_ext'
 sdp.database = 'postgres'
 sdp.launcher_naptime = '200ms'
 max_worker_processes = 32
-log_min_messages = log
 EOC
 	$node->start;
 	$node->safe_psql('postgres', 'CREATE EXTENSION sdp_ext');
@@ -77,32 +87,25 @@ sub create_source ($node, $name, $broker, $topic, $options = '{}')
 		"SELECT sdp_create_source('$name', '$boot', '$topic', '$options')");
 }
 
-=item wait_for($node, $sql, $timeout = 120)
+=item wait_for($node, $sql)
 
-Polls until $sql returns 't'; fails the test (with the last value) on timeout.
+C<< $node->poll_query_until('postgres', $sql) >>: polls until $sql returns
+true; 1, or 0 with a diagnostic after
+$PostgreSQL::Test::Utils::timeout_default seconds.
 
 =cut
 
-sub wait_for ($node, $sql, $timeout = 120)
+sub wait_for ($node, $sql)
 {
-	my $deadline = time + $timeout;
-	my $last = '';
-	while (time < $deadline)
-	{
-		my ($ret, $out, $err) = $node->psql('postgres', $sql);
-		$last = $ret == 0 ? $out : $err;
-		return 1 if $ret == 0 && $out eq 't';
-		usleep(100_000);
-	}
-	diag("timed out after $timeout s waiting for: $sql\nlast result: $last");
-	return 0;
+	return $node->poll_query_until('postgres', $sql);
 }
 
-=item wait_consumed($node, $flow, $total, $timeout)
+=item wait_consumed($node, $flow, $total)
 
 Waits until the flow has committed offsets that add up to $total messages
 (the sum over partitions of the next offset, as sdp.flow_status shows it),
-i.e. it has consumed everything up to there.
+i.e. it has consumed everything up to there.  Returns 1, or 0 (with a
+diagnostic) after $PostgreSQL::Test::Utils::timeout_default seconds.
 
 =cut
 
@@ -112,9 +115,10 @@ sub consumed_sql ($flow)
 	  . "jsonb_array_elements(s.partitions) p WHERE s.flow = '$flow'";
 }
 
-sub wait_consumed ($node, $flow, $total, $timeout = 120)
+sub wait_consumed ($node, $flow, $total)
 {
-	return wait_for($node, "SELECT (" . consumed_sql($flow) . ") >= $total", $timeout);
+	return $node->poll_query_until('postgres',
+		"SELECT (" . consumed_sql($flow) . ") >= $total");
 }
 
 =item query($node, $sql)
@@ -145,7 +149,7 @@ sub crash_and_restart ($node)
 	# Every server process runs in the data directory: wait until none is
 	# left, and until the postmaster is reaped (a zombie still counts as
 	# running for the lock file check of the next postmaster).
-	my $deadline = time + 60;
+	my $deadline = time + $PostgreSQL::Test::Utils::timeout_default;
 	while (time < $deadline)
 	{
 		my @left = grep { (readlink($_) // '') eq $pgdata } glob('/proc/[0-9]*/cwd');
@@ -154,24 +158,6 @@ sub crash_and_restart ($node)
 	}
 	$node->start;
 	return 1;
-}
-
-=item wait_for_log($node, $regex, $timeout = 60)
-
-Waits until the node's server log matches $regex.
-
-=cut
-
-sub wait_for_log ($node, $regex, $timeout = 60)
-{
-	my $deadline = time + $timeout;
-	while (time < $deadline)
-	{
-		return 1 if PostgreSQL::Test::Utils::slurp_file($node->logfile) =~ $regex;
-		usleep(100_000);
-	}
-	diag("timed out after $timeout s waiting for $regex in the server log");
-	return 0;
 }
 
 =item assert_exactly_once($node, $table, $expected_per_partition)

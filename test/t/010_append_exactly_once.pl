@@ -45,7 +45,7 @@ is($lag, 0, 'status: no lag');
 is($dead, 0, 'status: nothing dead-lettered');
 
 # the progress report carries Spark-style latency percentiles
-ok(SdpTest::wait_for($node,
+ok($node->poll_query_until('postgres',
 		"SELECT (sdp_flow_progress('events_flow')->>'reportId')::int >= 1"), 'a progress report exists');
 my $progress = decode_json(SdpTest::query($node, "SELECT sdp_flow_progress('events_flow')"));
 for my $kind (qw(processingLatencyMs sourceQueuingLatencyMs e2eLatencyMs))

@@ -44,7 +44,8 @@ is(SdpTest::query($node, "SELECT rows_dead_lettered FROM sdp.flow_status WHERE f
 
 # Across many small batches: later versions overwrite earlier ones.
 SdpTest::query($node, "SELECT sdp_stop_flow('latest_flow')");
-ok(SdpTest::wait_for($node, "SELECT state = 'stopped' FROM sdp.flow_status WHERE flow = 'latest_flow'"),
+ok($node->poll_query_until('postgres',
+		"SELECT state = 'stopped' FROM sdp.flow_status WHERE flow = 'latest_flow'"),
 	'stopped');
 SdpTest::query($node, <<'SQL');
 UPDATE sdp.flows SET options = options || '{"max_batch_rows": 7}' WHERE name = 'latest_flow';

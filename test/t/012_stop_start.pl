@@ -20,10 +20,11 @@ SQL
 my $producer = SdpKafka::start_flightsim(
 	bootstrap => $broker->bootstrap, topic => 'raw-flights',
 	args => [ '--count', 30000, '--rate', 4000, '--seed', 5 ]);
-ok(SdpTest::wait_for($node, 'SELECT count(*) > 2000 FROM events'), 'rows arrive');
+ok($node->poll_query_until('postgres', 'SELECT count(*) > 2000 FROM events'), 'rows arrive');
 
 SdpTest::query($node, "SELECT sdp_stop_flow('events_flow')");
-ok(SdpTest::wait_for($node, "SELECT state = 'stopped' FROM sdp.flow_status WHERE flow = 'events_flow'"),
+ok($node->poll_query_until('postgres',
+		"SELECT state = 'stopped' FROM sdp.flow_status WHERE flow = 'events_flow'"),
 	'the flow stops');
 my $at_stop = SdpTest::query($node, 'SELECT count(*) FROM events');
 sleep 1.5;
@@ -37,19 +38,21 @@ is(SdpTest::query($node, "SELECT state FROM sdp.flow_status WHERE flow = 'events
 is(SdpTest::query($node, 'SELECT count(*) FROM events'), $at_stop, 'and still writes nothing');
 
 SdpTest::query($node, "SELECT sdp_start_flow('events_flow')");
-ok(SdpTest::wait_for($node, "SELECT state = 'running' FROM sdp.flow_status WHERE flow = 'events_flow'"),
+ok($node->poll_query_until('postgres',
+		"SELECT state = 'running' FROM sdp.flow_status WHERE flow = 'events_flow'"),
 	'started again');
 
 # a running flow is started again by a clean restart, mid-stream
 sleep 1;
 $node->restart;
-ok(SdpTest::wait_for($node, "SELECT state = 'running' FROM sdp.flow_status WHERE flow = 'events_flow'"),
+ok($node->poll_query_until('postgres',
+		"SELECT state = 'running' FROM sdp.flow_status WHERE flow = 'events_flow'"),
 	'running again after a restart');
 
 # a worker that dies is restarted by the launcher (after a backoff), and resumes
 my $pid = SdpTest::query($node, "SELECT pid FROM sdp.flow_status WHERE flow = 'events_flow'");
 SdpTest::query($node, "SELECT pg_terminate_backend($pid)");
-ok(SdpTest::wait_for($node,
+ok($node->poll_query_until('postgres',
 		"SELECT state = 'running' AND pid <> $pid AND restarts = 1 FROM sdp.flow_status WHERE flow = 'events_flow'"),
 	'a terminated worker is restarted, the restart counted');
 

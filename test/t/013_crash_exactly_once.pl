@@ -28,19 +28,19 @@ my $producer = SdpKafka::start_flightsim(
 	args => [ '--count', $total, '--rate', 5000, '--seed', 11, '--aircraft', 300 ]);
 
 # 1: while the flows keep up with the producer
-ok(SdpTest::wait_for($node, 'SELECT count(*) > 5000 FROM events'), 'streaming');
+ok($node->poll_query_until('postgres', 'SELECT count(*) > 5000 FROM events'), 'streaming');
 SdpTest::crash_and_restart($node);
 pass('crash 1: mid-stream, flows caught up');
 
 # 2: right after the restart, while the flows work through the backlog in large batches
-ok(SdpTest::wait_for($node, "SELECT count(*) = 2 FROM sdp.flow_status WHERE state = 'running'"),
+ok($node->poll_query_until('postgres', "SELECT count(*) = 2 FROM sdp.flow_status WHERE state = 'running'"),
 	'flows restarted');
 sleep 0.3;
 SdpTest::crash_and_restart($node);
 pass('crash 2: during catch-up');
 
 # 3: later in the stream
-ok(SdpTest::wait_for($node, 'SELECT count(*) > 35000 FROM events'), 'streaming again');
+ok($node->poll_query_until('postgres', 'SELECT count(*) > 35000 FROM events'), 'streaming again');
 SdpTest::crash_and_restart($node);
 pass('crash 3: later in the stream');
 

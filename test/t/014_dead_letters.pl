@@ -96,7 +96,8 @@ SdpTest::query($node, <<'SQL');
 CREATE TABLE strict_target (n int);
 SELECT sdp_create_flow('strict_flow', 'rejects', 'strict_target', 'n int', options => '{"on_error": "fail"}');
 SQL
-ok(SdpTest::wait_for($node, "SELECT state = 'failed' FROM sdp.flow_status WHERE flow = 'strict_flow'"),
+ok($node->poll_query_until('postgres',
+		"SELECT state = 'failed' FROM sdp.flow_status WHERE flow = 'strict_flow'"),
 	'on_error = fail: the flow is failed');
 like(SdpTest::query($node, "SELECT last_error FROM sdp.flow_status WHERE flow = 'strict_flow'"),
 	qr/partition 0 offset 2: field "n": invalid input syntax for type integer: "three"/,

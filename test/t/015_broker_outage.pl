@@ -21,15 +21,15 @@ ok(SdpTest::wait_consumed($node, 'events_flow', 3000), 'first 3000 consumed');
 is(SdpTest::query($node, "SELECT broker_ok FROM sdp.flow_status WHERE flow = 'events_flow'"), 't', 'broker ok');
 
 $broker->down;
-ok(SdpTest::wait_for($node,
-		"SELECT NOT broker_ok AND broker_error IS NOT NULL FROM sdp.flow_status WHERE flow = 'events_flow'", 60),
+ok($node->poll_query_until('postgres',
+		"SELECT NOT broker_ok AND broker_error IS NOT NULL FROM sdp.flow_status WHERE flow = 'events_flow'"),
 	'the status shows the broker down');
 diag(SdpTest::query($node, "SELECT broker_error FROM sdp.flow_status WHERE flow = 'events_flow'"));
 is(SdpTest::query($node, "SELECT state FROM sdp.flow_status WHERE flow = 'events_flow'"), 'running',
 	'the flow keeps running, waiting');
 
 $broker->up;
-ok(SdpTest::wait_for($node, "SELECT broker_ok FROM sdp.flow_status WHERE flow = 'events_flow'", 60),
+ok($node->poll_query_until('postgres', "SELECT broker_ok FROM sdp.flow_status WHERE flow = 'events_flow'"),
 	'the status shows the broker back');
 
 my $r2 = SdpKafka::run_flightsim(bootstrap => $broker->bootstrap, topic => 'raw-flights',

@@ -43,7 +43,7 @@ like($err, qr/permission denied for table secret/, 'a transform reading a table 
 SdpTest::query($node, 'REVOKE INSERT ON app_events FROM app');
 my $r2 = SdpKafka::run_flightsim(bootstrap => $boot, topic => 'raw-flights',
 	args => [ '--count', 2000, '--rate', 0, '--seq-start', 2000, '--seed', 9 ]);
-ok(SdpTest::wait_for($node,
+ok($node->poll_query_until('postgres',
 		"SELECT last_error LIKE '%permission denied for table app_events%' FROM sdp.flow_status WHERE flow = 'app_flow'"),
 	'after REVOKE the writes fail with permission denied, shown in the status');
 is(SdpTest::query($node, 'SELECT count(*) FROM app_events'), '2000', 'nothing more is written');

@@ -16,7 +16,8 @@ my $boot = $broker->bootstrap;
 my $sql = PostgreSQL::Test::Utils::slurp_file('examples/flights.sql');
 $sql =~ s/:'bootstrap'/'$boot'/;
 SdpTest::query($node, $sql);
-ok(SdpTest::wait_for($node, "SELECT count(*) = 2 FROM sdp.flow_status WHERE state = 'running' AND partitions IS NOT NULL"),
+ok($node->poll_query_until('postgres',
+		"SELECT count(*) = 2 FROM sdp.flow_status WHERE state = 'running' AND partitions IS NOT NULL"),
 	'both demo flows running');
 
 sub anon_kb
@@ -42,7 +43,8 @@ diag("worker pids: " . join(', ', map { "$_=$pid{$_}" } sort keys %pid));
 my $read_before = SdpTest::query($node, "SELECT messages_read FROM sdp.flow_status WHERE flow = 'positions_flow'");
 $producer->finish;
 # the flow may lag behind the producer on a busy machine: measure once it has caught up
-SdpTest::wait_for($node, "SELECT messages_read >= $read_before + 35000 FROM sdp.flow_status WHERE flow = 'positions_flow'");
+$node->poll_query_until('postgres',
+	"SELECT messages_read >= $read_before + 35000 FROM sdp.flow_status WHERE flow = 'positions_flow'");
 my $read = SdpTest::query($node, "SELECT messages_read FROM sdp.flow_status WHERE flow = 'positions_flow'") - $read_before;
 ok($read >= 35000, "$read messages after warm-up");
 for my $flow (sort keys %pid)

@@ -38,7 +38,8 @@ SELECT sdp_create_flow('zone_history', source => 'zflights', target => 'zone_log
                  "capacity_column": "capacity", "count_column": "aircraft_count",
                  "alert_column": "crowded", "mode": "append"}');
 SQL
-ok(SdpTest::wait_for($node, "SELECT count(*) = 2 FROM sdp.flow_status WHERE state = 'running' AND partitions IS NOT NULL"),
+ok($node->poll_query_until('postgres',
+		"SELECT count(*) = 2 FROM sdp.flow_status WHERE state = 'running' AND partitions IS NOT NULL"),
 	'both flows running');
 
 sub position { my ($icao, $lat, $lon) = @_; return [ $icao, qq({"icao24": "$icao", "lat": $lat, "lon": $lon}), undef ] }
@@ -49,7 +50,8 @@ for my $n (1 .. 5)
 	SdpKafka::kcat_produce(bootstrap => $broker->bootstrap, topic => 'zflights',
 		messages => [ map { position("a$_", 10.5, 10.5) } 1 .. $n ]);
 	my $crowded = $n > 3 ? 't' : 'f';
-	ok(SdpTest::wait_for($node, "SELECT aircraft_count = $n AND crowded = '$crowded' FROM zone_alerts WHERE zone = 'Z'", 20),
+	ok($node->poll_query_until('postgres',
+			"SELECT aircraft_count = $n AND crowded = '$crowded' FROM zone_alerts WHERE zone = 'Z'"),
 		"aircraft $n enters: count $n, crowded $crowded");
 }
 my $members = SdpTest::query($node,
@@ -61,18 +63,21 @@ is(SdpTest::query($node, "SELECT value FROM sdp_flow_state('zone_congestion_flow
 
 # they go quiet: after the TTL the zone empties itself, with no further input
 my $quiet = time;
-ok(SdpTest::wait_for($node, "SELECT aircraft_count = 0 AND NOT crowded FROM zone_alerts WHERE zone = 'Z'", 20),
+ok($node->poll_query_until('postgres',
+		"SELECT aircraft_count = 0 AND NOT crowded FROM zone_alerts WHERE zone = 'Z'"),
 	'after the TTL, with no input: count 0, not crowded');
 my $took = time - $quiet;
 ok($took >= 2.5, sprintf('not before the TTL (%.1f s)', $took));
-ok(SdpTest::wait_for($node, "SELECT count(*) = 0 FROM sdp_flow_state('zone_congestion_flow') WHERE key = 'Z'"),
+ok($node->poll_query_until('postgres',
+		"SELECT count(*) = 0 FROM sdp_flow_state('zone_congestion_flow') WHERE key = 'Z'"),
 	'the empty zone keeps no state, and no timer');
 is(SdpTest::query($node, "SELECT string_agg(aircraft_count::text, ',' ORDER BY updated_at, aircraft_count) FROM zone_log WHERE zone = 'Z'"),
 	'1,2,3,4,5,0', 'counts emitted: one per change, 1 to 5 then 0');
 
 # the next arrival starts it again
 SdpKafka::kcat_produce(bootstrap => $broker->bootstrap, topic => 'zflights', messages => [ position('b1', 10.2, 10.2) ]);
-ok(SdpTest::wait_for($node, "SELECT aircraft_count = 1 FROM zone_alerts WHERE zone = 'Z'", 20), 'a new arrival counts 1 again');
+ok($node->poll_query_until('postgres',
+		"SELECT aircraft_count = 1 FROM zone_alerts WHERE zone = 'Z'"), 'a new arrival counts 1 again');
 
 # 10,000 rows for one zone leave at most one pending timer for it
 my @many = map { position('c' . ($_ % 100), 20.5, 20.5) } 1 .. 10000;
@@ -104,7 +109,8 @@ SELECT sdp_create_flow('crowd_flow', 'crowd', 'crowd_alerts', 'zone text, icao24
 SQL
 SdpKafka::kcat_produce(bootstrap => $broker->bootstrap, topic => 'crowd',
 	messages => [ map { [ "k", qq({"zone": "Q", "icao24": "x$_"}), 0 ] } 1 .. 30000 ]);
-ok(SdpTest::wait_for($node, "SELECT state = 'failed' FROM sdp.flow_status WHERE flow = 'crowd_flow'", 60),
+ok($node->poll_query_until('postgres',
+		"SELECT state = 'failed' FROM sdp.flow_status WHERE flow = 'crowd_flow'"),
 	'past its state_memory_limit the flow fails');
 like(SdpTest::query($node, "SELECT last_error FROM sdp.flow_status WHERE flow = 'crowd_flow'"),
 	qr/exceeds its state_memory_limit of 1024 kB/, 'with the error in sdp.flow_status');

@@ -41,16 +41,18 @@ my $total = 40000;
 my $producer = SdpKafka::start_flightsim(bootstrap => $broker->bootstrap, topic => 'raw-flights',
 	args => [ '--count', $total, '--rate', 2500, '--aircraft', 800, '--time-scale', 40, '--seed', 17 ]);
 
-ok(SdpTest::wait_for($node,
+ok($node->poll_query_until('postgres',
 		"SELECT last_checkpoint_at IS NOT NULL AND messages_read > 10000 FROM sdp.flow_status WHERE flow = 'zone_congestion_flow'"),
 	'streaming, and the state has been checkpointed');
 my $keys_before = SdpTest::query($node, "SELECT count(DISTINCT key) FROM sdp_flow_state('zone_congestion_flow')");
+my $log_offset = -s $node->logfile;
 SdpTest::crash_and_restart($node);
 pass("postmaster killed with SIGKILL mid-stream ($keys_before zones in state), restarted");
 
-ok(SdpTest::wait_for($node, "SELECT state = 'running' FROM sdp.flow_status WHERE flow = 'zone_congestion_flow'"),
+ok($node->poll_query_until('postgres',
+		"SELECT state = 'running' FROM sdp.flow_status WHERE flow = 'zone_congestion_flow'"),
 	'the flow runs again');
-ok(SdpTest::wait_for_log($node, qr/sdp flow "zone_congestion_flow" restored the state of \d+ keys from its checkpoint/),
+ok($node->wait_for_log(qr/sdp flow "zone_congestion_flow" restored the state of \d+ keys from its checkpoint/, $log_offset),
 	'it restored its checkpointed state');
 
 my $report = $producer->finish;

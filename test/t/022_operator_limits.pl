@@ -40,7 +40,7 @@ is(SdpTest::query($node, "SELECT string_agg(kafka_offset || ' ' || stage || ' ' 
 		'2 transform 22001 member "' . ('m' x 40) . '..." is longer than 63 bytes',
 		'5 transform 22001 key "' . ('x' x 40) . '..." is longer than 127 bytes'),
 	'keys and members past the limits are dead-lettered with the reason');
-ok(SdpTest::wait_for($node, "SELECT active_count = 3 FROM zone_counts WHERE zone = 'z'", 30),
+ok($node->poll_query_until('postgres', "SELECT active_count = 3 FROM zone_counts WHERE zone = 'z'"),
 	'the zone counts the three members that fit');
 is(SdpTest::query($node, "SELECT length(zone) || ' ' || octet_length(zone) || ' ' || active_count FROM zone_counts WHERE zone <> 'z'"),
 	'126 127 1', 'a key of exactly 127 bytes is kept');

@@ -21,12 +21,14 @@ SdpKafka::kcat_produce(bootstrap => $broker->bootstrap, topic => 'short',
 	messages => [ map { [ "k$_", qq({"id": $_}), 0 ] } 0 .. 9 ]);
 ok(SdpTest::wait_consumed($node, 'short_flow', 10), 'the first 10 consumed');
 SdpTest::query($node, "SELECT sdp_stop_flow('short_flow')");
-ok(SdpTest::wait_for($node, "SELECT state = 'stopped' FROM sdp.flow_status WHERE flow = 'short_flow'"), 'stopped');
+ok($node->poll_query_until('postgres',
+		"SELECT state = 'stopped' FROM sdp.flow_status WHERE flow = 'short_flow'"), 'stopped');
 
 # 7.5 MB more while it is stopped: the broker deletes the oldest, offsets 10.. among them
 my $pad = 'p' x 50000;
 SdpKafka::kcat_produce(bootstrap => $broker->bootstrap, topic => 'short',
 	messages => [ map { [ "k$_", qq({"id": $_, "pad": "$pad"}), 0 ] } 10 .. 159 ]);
+my $log_offset = -s $node->logfile;
 SdpTest::query($node, "SELECT sdp_start_flow('short_flow')");
 ok(SdpTest::wait_consumed($node, 'short_flow', 160), 'the flow reads to the end of the partition');
 
@@ -40,7 +42,7 @@ cmp_ok($first, '>', 10, "reading went on at offset $first");
 is($went_on, $first, 'and where reading went on');
 is("$last $n", '159 ' . (160 - $first), 'from there to the end, every message once');
 is(SdpTest::query($node, 'SELECT count(*) FROM short WHERE kafka_offset < 10'), '10', 'the first 10 kept');
-ok(SdpTest::wait_for_log($node, qr/LOG:  sdp flow "short_flow": messages the flow had not read are no longer on the broker/),
+ok($node->wait_for_log(qr/LOG:  sdp flow "short_flow": messages the flow had not read are no longer on the broker/, $log_offset),
 	'and the server log');
 is(SdpTest::query($node, "SELECT state || ' ' || restarts FROM sdp.flow_status WHERE flow = 'short_flow'"), 'running 0', 'the flow runs on');
 

@@ -50,7 +50,7 @@ sub produce_one
 sub consumed_by_both
 {
 	my ($n) = @_;
-	return SdpTest::wait_consumed($node, 'plain', $n) && SdpTest::wait_for($node,
+	return SdpTest::wait_consumed($node, 'plain', $n) && $node->poll_query_until('postgres',
 		"SELECT aircraft_count = $n FROM zone_alerts WHERE zone = 'Z'");
 }
 
@@ -108,16 +108,19 @@ SdpTest::assert_exactly_once($node, 't_plain', { 0 => 3 }, 'across two revocatio
 # 3. A declaration that fails when the worker loads it: the flow fails with
 # the reason, and nothing opened by the failed load is left behind.
 SdpTest::query($node, "SELECT sdp_stop_flow('zc'); SELECT sdp_stop_flow('plain')");
-ok(SdpTest::wait_for($node, "SELECT count(*) = 0 FROM pg_stat_activity WHERE application_name LIKE 'sdp flow %'"),
+ok($node->poll_query_until('postgres',
+		"SELECT count(*) = 0 FROM pg_stat_activity WHERE application_name LIKE 'sdp flow %'"),
 	'both workers stopped');
 $offset = -s $node->logfile;
 # the operator's validation fails after the target is open (it lost its count column)
 SdpTest::query($node, 'ALTER TABLE zone_alerts DROP COLUMN aircraft_count');
 SdpTest::query($node, 'REVOKE INSERT ON t_plain FROM app');
 SdpTest::query($node, "SELECT sdp_start_flow('zc'); SELECT sdp_start_flow('plain')");
-ok(SdpTest::wait_for($node, "SELECT state = 'failed' AND last_error LIKE '%aircraft_count%' FROM sdp.flow_status WHERE flow = 'zc'"),
+ok($node->poll_query_until('postgres',
+		"SELECT state = 'failed' AND last_error LIKE '%aircraft_count%' FROM sdp.flow_status WHERE flow = 'zc'"),
 	'the stateful flow fails at load with the reason');
-ok(SdpTest::wait_for($node, "SELECT state = 'failed' AND last_error LIKE '%permission denied%' FROM sdp.flow_status WHERE flow = 'plain'"),
+ok($node->poll_query_until('postgres',
+		"SELECT state = 'failed' AND last_error LIKE '%permission denied%' FROM sdp.flow_status WHERE flow = 'plain'"),
 	'the stateless flow fails at load with the reason');
 is(SdpTest::query($node, "SELECT count(*) FROM sdp.flows WHERE failed_at IS NOT NULL"), '2', 'both failures are persisted');
 my $log = PostgreSQL::Test::Utils::slurp_file($node->logfile, $offset);

@@ -38,7 +38,7 @@ ok(SdpTest::wait_consumed($node, 'payments_all', 30001), 'the ground truth flow 
 
 # windows close on idle: nothing more arrives, yet the last windows are emitted
 my $expected = SdpPayments::expected($node);
-ok(SdpTest::wait_for($node, "SELECT count(*) = $expected FROM payment_windows", 60),
+ok($node->poll_query_until('postgres', "SELECT count(*) = $expected FROM payment_windows"),
 	"all $expected windows finalized, the last ones after the stream went idle");
 SdpPayments::compare($node, 'windows');
 
@@ -62,10 +62,10 @@ SELECT count(*), count(*) FILTER (WHERE m[1]::timestamptz = event_ts AND m[3]::t
          WHERE p.late) s
 SQL
 # retention deletes windows older than the configured age
-ok(SdpTest::wait_for($node,
-		"SELECT rows_written > 100 FROM sdp.flow_status WHERE flow = 'payments_retained'", 60),
+ok($node->poll_query_until('postgres',
+		"SELECT rows_written > 100 FROM sdp.flow_status WHERE flow = 'payments_retained'"),
 	'the retained flow emitted its windows');
-ok(SdpTest::wait_for($node, 'SELECT count(*) = 0 FROM retained_windows', 30),
+ok($node->poll_query_until('postgres', 'SELECT count(*) = 0 FROM retained_windows'),
 	'and retention deleted them: they ended more than 30 days ago');
 
 # exactly one row per window, readable by key
@@ -87,8 +87,8 @@ my $r2 = SdpKafka::run_paymentsim(bootstrap => $broker->bootstrap, topic => 'pay
 	args => [ '--count', 6000, '--rate', 0, '--merchants', 50, '--event-time', 'fixed:2026-01-01T00:10:00Z',
 			  '--step-ms', 10, '--seed', 10, '--seq-start', 30000 ]);
 ok(SdpTest::wait_consumed($node, 'payments_agg', 36001), 'the next 6,000 consumed');
-ok(SdpTest::wait_for($node,
-		"SELECT count(*) > 0 FROM payment_windows WHERE definition = 'late_added_count' AND window_start >= '2026-01-01 00:10:00+00'", 60),
+ok($node->poll_query_until('postgres',
+		"SELECT count(*) > 0 FROM payment_windows WHERE definition = 'late_added_count' AND window_start >= '2026-01-01 00:10:00+00'"),
 	'an aggregation added to the running flow emits windows');
 is(SdpTest::query($node, "SELECT count(*) FROM payment_windows WHERE definition = 'count_1m' AND window_start >= '2026-01-01 00:10:00+00'"),
 	'0', 'a dropped one emits no more');

@@ -18,21 +18,23 @@ SdpPayments::warm_up($node, $broker);
 my $producer = SdpKafka::start_paymentsim(bootstrap => $broker->bootstrap, topic => 'payments',
 	args => [ '--count', 30000, '--rate', 3000, '--merchants', 50, '--event-time', 'step:10',
 			  '--disorder-ms', 3000, '--late-share', '0.005', '--seed', 11 ]);
-ok(SdpTest::wait_for($node, <<'SQL'), 'windows are being emitted, and the state has been checkpointed');
+ok($node->poll_query_until('postgres',
+		<<'SQL'), 'windows are being emitted, and the state has been checkpointed');
 SELECT count(*) > 100 AND (SELECT last_checkpoint_at IS NOT NULL FROM sdp.flow_status WHERE flow = 'payments_agg')
   FROM payment_windows
 SQL
 my $before = SdpTest::query($node, 'SELECT count(*) FROM payment_windows');
+my $log_offset = -s $node->logfile;
 SdpTest::crash_and_restart($node);
 pass("postmaster killed with SIGKILL mid-stream ($before windows written), restarted");
-ok(SdpTest::wait_for_log($node, qr/sdp flow "payments_agg" restored the state of \d+ keys/), 'the flow restored its checkpoint');
+ok($node->wait_for_log(qr/sdp flow "payments_agg" restored the state of \d+ keys/, $log_offset), 'the flow restored its checkpoint');
 
 my $report = $producer->finish;
 is($report->{delivered}, 30000, 'payment_sim delivered 30,000');
 ok(SdpTest::wait_consumed($node, 'payments_agg', 30001), 'payments_agg consumed everything');
 ok(SdpTest::wait_consumed($node, 'payments_all', 30001), 'the ground truth flow consumed everything');
 my $expected = SdpPayments::expected($node);
-ok(SdpTest::wait_for($node, "SELECT count(*) = $expected FROM payment_windows", 90),
+ok($node->poll_query_until('postgres', "SELECT count(*) = $expected FROM payment_windows"),
 	"all $expected windows finalized");
 SdpPayments::compare($node, 'after the crash');
 is(SdpTest::query($node, "SELECT count(*) FROM sdp.dead_letters WHERE flow = 'payments_agg' AND stage = 'late'"),

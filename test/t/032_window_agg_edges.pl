@@ -67,7 +67,8 @@ is(SdpTest::query($node, "SELECT jsonb_path_query_first(value, '\$.*.sum') FROM 
 # a later event closes the minute
 SdpKafka::kcat_produce(bootstrap => $broker->bootstrap, topic => 'edges',
 	messages => [ [ 'k7', '{"merchant_id": "m3", "amount": 1, "event_ts": "2026-01-01T00:05:00Z"}', 0 ] ]);
-ok(SdpTest::wait_for($node, 'SELECT count(*) = 6 FROM edge_windows', 60), 'the first minute is finalized');
+ok($node->poll_query_until('postgres',
+		'SELECT count(*) = 6 FROM edge_windows'), 'the first minute is finalized');
 is(SdpTest::query($node, "SET TimeZone = 'UTC'; SELECT string_agg(definition || ' ' || entity || ' ' || window_start || ' ' || value || ' ' || row_count, E'\\n' ORDER BY definition, entity) FROM edge_windows"),
 	join("\n",
 		'n m1 2026-01-01 00:00:00+00 2 2',
@@ -101,7 +102,8 @@ is(SdpTest::query($node, "SELECT error FROM sdp.dead_letters WHERE flow = 'many'
 	'with the reason');
 SdpKafka::kcat_produce(bootstrap => $broker->bootstrap, topic => 'many',
 	messages => [ [ 'm2', '{"merchant_id": "m2", "event_ts": "2026-01-01T01:45:00Z"}', 0 ] ]);
-ok(SdpTest::wait_for($node, 'SELECT count(*) = 16 FROM many_windows', 60), 'the watermark passing them closes the 16');
+ok($node->poll_query_until('postgres',
+		'SELECT count(*) = 16 FROM many_windows'), 'the watermark passing them closes the 16');
 is(SdpTest::query($node, "SET TimeZone = 'UTC'; SELECT count(DISTINCT window_start) || ' ' || min(window_start) || ' ' || max(window_start) || ' ' || sum(row_count) "
 	  . "FROM many_windows WHERE entity = 'm1'"),
 	'16 2026-01-01 00:00:00+00 2026-01-01 00:15:00+00 16', 'one row per minute, each with its event');
@@ -126,7 +128,8 @@ SdpKafka::kcat_produce(bootstrap => $broker->bootstrap, topic => 'pairs',
 		[ 'p3', '{"a": "x\\\\", "b": "|z", "event_ts": "2026-01-01T00:00:03Z"}', 0 ],
 		[ 'p4', '{"a": "x", "b": null, "event_ts": "2026-01-01T00:00:04Z"}', 0 ],
 		[ 'p5', '{"a": "later", "b": "", "event_ts": "2026-01-01T00:05:00Z"}', 0 ] ]);
-ok(SdpTest::wait_for($node, 'SELECT count(*) = 7 FROM pair_windows', 60), 'the first minute is finalized');
+ok($node->poll_query_until('postgres',
+		'SELECT count(*) = 7 FROM pair_windows'), 'the first minute is finalized');
 is(SdpTest::query($node, "SELECT string_agg(definition || ' ' || entity || ' ' || row_count, E'\n' ORDER BY definition COLLATE \"C\", entity COLLATE \"C\") FROM pair_windows"),
 	join("\n", 'a x 2', 'a x\\ 1', 'a x|y 1', 'ab x\\\\|\|z 1', 'ab x\|y|z 1', 'ab x| 1', 'ab x|y\|z 1'),
 	'one entity per group: values joined by |, with | and \\ inside them escaped (a single group-by column as it is)');

@@ -20,14 +20,14 @@ use File::Spec;
 use HTTP::Tiny;
 use IPC::Run ();
 use JSON::PP ();
-use POSIX qw(strftime WNOHANG);
+use POSIX qw(strftime);
 use Time::HiRes qw(sleep time);
 
 my $CHROMIUM = '/usr/bin/chromium';
 my $json = JSON::PP->new->canonical;
 
 # Everything this test starts, so that it is gone at the end whatever happens.
-my ($dash_pid, $browser, $profile_dir);
+my ($dashboard, $browser, $profile_dir);
 
 # The processes of the chromium this test started (found by its profile directory).
 sub chromium_pids
@@ -100,28 +100,23 @@ $node->command_ok(
 	[ 'psql', '-X', '-q', '-d', 'postgres', '-v', 'ON_ERROR_STOP=1',
 		'-v', 'bootstrap=' . $broker->bootstrap, '-f', 'examples/flights.sql' ],
 	'examples/flights.sql loads');
-ok(SdpTest::wait_for($node,
-		"SELECT count(*) = 2 FROM sdp.flow_status WHERE state = 'running' AND partitions IS NOT NULL", 60),
+ok($node->poll_query_until('postgres',
+		"SELECT count(*) = 2 FROM sdp.flow_status WHERE state = 'running' AND partitions IS NOT NULL"),
 	'positions_flow and zone_congestion_flow run');
 
 my $log_dir = $PostgreSQL::Test::Utils::log_path;
 my $dash_out = "$log_dir/dashboard.out";
 my $conninfo = sprintf("host='%s' port=%d dbname=postgres", $node->host, $node->port);
-$dash_pid = fork() // die "fork: $!";
-if ($dash_pid == 0)
-{
-	open(STDIN, '<', '/dev/null');
-	open(STDOUT, '>', $dash_out);
-	open(STDERR, '>', "$log_dir/dashboard.log");
-	exec('tools/sdp_dashboard', '--listen', '127.0.0.1:0', '--db', $conninfo) or POSIX::_exit(127);
-}
+# with no pipe to it, the harness is pumpable while the dashboard runs
+$dashboard = IPC::Run::start([ 'tools/sdp_dashboard', '--listen', '127.0.0.1:0', '--db', $conninfo ],
+	'<', '/dev/null', '>', $dash_out, '2>', "$log_dir/dashboard.log");
 my $url;
 my $deadline = time + 10;
 while (time < $deadline && !defined $url)
 {
 	($url) = slurp_file($dash_out) =~ m{^dashboard: (http://\S+)$}m if -e $dash_out;
 	die 'sdp_dashboard exited: ' . slurp_file("$log_dir/dashboard.log")
-	  if waitpid($dash_pid, WNOHANG) == $dash_pid;
+	  unless $dashboard->pumpable;
 	sleep 0.02;
 }
 ok(defined $url, 'the dashboard says where it listens') or die "no URL from sdp_dashboard in $dash_out\n";
@@ -274,8 +269,8 @@ ok($cycle->{ok}, 'the page shows the database down, then up again')
 diag('database states on the page: '
 	  . join(' ', map { "$_->{state}@" . ($_->{at} - $since) . 'ms' } @{ $cycle->{states} // [] }));
 is(wait_health(sub { ($_[0]{db} // '') eq 'up' }, 10)->{db}, 'up', 'GET /health: up again');
-ok(SdpTest::wait_for($node,
-		"SELECT count(*) = 2 FROM sdp.flow_status WHERE state = 'running' AND partitions IS NOT NULL", 60),
+ok($node->poll_query_until('postgres',
+		"SELECT count(*) = 2 FROM sdp.flow_status WHERE state = 'running' AND partitions IS NOT NULL"),
 	'the flows run again');
 $dot = browser_cmd('wait_dot', icao24 => 'e2e002', timeout => 15000,
 	on_armed => sub { produce(position('e2e002', 30.0, -60.0, vert_rate => 1200)) });
@@ -287,7 +282,7 @@ like($dot->{class} // '', qr/\bphase-climbing\b/, 'climbing');
 ok(browser_cmd('close_page')->{ok}, 'the page closes');
 $h = wait_health(sub { defined $_[0]{clients} && $_[0]{clients} == 0 }, 5);
 is($h->{clients}, 0, 'GET /health: no event stream left');
-ok(kill(0, $dash_pid) && waitpid($dash_pid, WNOHANG) == 0, 'the dashboard runs on');
+ok($dashboard->pumpable, 'the dashboard runs on');
 ok(browser_cmd('open', url => $url)->{ok} && browser_cmd('wait_db', state => 'up')->{ok},
 	'a new page connects');
 $dot = browser_cmd('wait_dot', icao24 => 'e2e002', timeout => 5000);
@@ -305,12 +300,17 @@ $browser->finish;
 ok($exited && $browser->result == 0, 'the browser script closes chromium and exits');
 undef $browser;
 is(join(' ', chromium_pids()), '', 'no chromium process left');
-kill 'TERM', $dash_pid;
-my $status;
+$dashboard->signal('TERM');
 $until = time + 10;
-while (time < $until) { last if waitpid($dash_pid, WNOHANG) == $dash_pid && defined($status = $?); sleep 0.05 }
+sleep 0.05 while $dashboard->pumpable && time < $until;
+my $status;
+unless ($dashboard->pumpable)
+{
+	$dashboard->finish;
+	$status = $dashboard->full_result(0);
+	undef $dashboard;
+}
 is($status, 0, 'the dashboard stops on SIGTERM, status 0');
-undef $dash_pid if defined $status;
 
 done_testing();
 
@@ -324,11 +324,6 @@ END
 	}
 	# chromium processes of our profile, if node died without closing them
 	kill 'KILL', $_ for chromium_pids();
-	if ($dash_pid)
-	{
-		kill 'TERM', $dash_pid;
-		my $until = time + 5;
-		sleep 0.05 while waitpid($dash_pid, WNOHANG) == 0 && time < $until;
-		if (kill 0, $dash_pid) { kill 'KILL', $dash_pid; waitpid($dash_pid, 0) }
-	}
+	# TERM, and KILL after 5 s
+	eval { $dashboard->kill_kill(grace => 5) } if $dashboard;
 }

@@ -37,7 +37,7 @@ BEGIN
   END;
 END $$;
 SQL
-ok(SdpTest::wait_for($node, "SELECT state = 'running' FROM sdp.flow_status WHERE flow = 'agg'"),
+ok($node->poll_query_until('postgres', "SELECT state = 'running' FROM sdp.flow_status WHERE flow = 'agg'"),
 	'the flow runs');
 
 my $reloaded = qr/sdp flow "agg" reloaded its window_agg configuration/;
@@ -96,7 +96,7 @@ check_change('transaction rolled back',
 # PREPARE TRANSACTION cannot carry the change to COMMIT PREPARED: refused
 $node->safe_psql('postgres', 'ALTER SYSTEM SET max_prepared_transactions = 2');
 $node->restart;
-ok(SdpTest::wait_for($node, "SELECT state = 'running' FROM sdp.flow_status WHERE flow = 'agg'"),
+ok($node->poll_query_until('postgres', "SELECT state = 'running' FROM sdp.flow_status WHERE flow = 'agg'"),
 	'running again after the restart');
 my ($ret, $out, $err) = $node->psql('postgres', "BEGIN; SELECT define('c7'); PREPARE TRANSACTION 'p'");
 like($err, qr/cannot prepare a transaction that changed the configuration of a flow/, 'PREPARE TRANSACTION is refused');

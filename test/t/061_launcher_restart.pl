@@ -21,12 +21,12 @@ SELECT sdp_create_flow('events_flow', 'flights', 'events', 'seq bigint, icao24 t
 SELECT sdp_create_flow('other_flow', 'flights', 'others', 'seq bigint, icao24 text');
 SQL
 my $running = "SELECT count(*) = 2 FROM sdp.flow_status WHERE state = 'running' AND pid IS NOT NULL";
-ok(SdpTest::wait_for($node, $running), 'both flows run');
+ok($node->poll_query_until('postgres', $running), 'both flows run');
 
 my $producer = SdpKafka::start_flightsim(
 	bootstrap => $broker->bootstrap, topic => 'raw-flights',
 	args => [ '--count', 20000, '--rate', 4000, '--seed', 7 ]);
-ok(SdpTest::wait_for($node, 'SELECT count(*) > 2000 FROM events'), 'rows arrive');
+ok($node->poll_query_until('postgres', 'SELECT count(*) > 2000 FROM events'), 'rows arrive');
 
 my $launcher_sql = "SELECT pid FROM pg_stat_activity WHERE backend_type = 'sdp launcher'";
 my $launcher = SdpTest::query($node, $launcher_sql);
@@ -35,7 +35,7 @@ my $workers = SdpTest::query($node, $workers_sql);
 
 # the launcher exits; the postmaster starts another one a second later
 SdpTest::query($node, "SELECT pg_terminate_backend($launcher)");
-ok(SdpTest::wait_for($node,
+ok($node->poll_query_until('postgres',
 		"SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'sdp launcher' AND pid <> $launcher"),
 	'a new launcher runs');
 sleep 1;	# a few of its reconciliations (sdp.launcher_naptime is 200 ms)
@@ -46,10 +46,10 @@ is(SdpTest::query($node, "SELECT string_agg(state || ' ' || restarts, ',') FROM 
 # stop an adopted worker: it exits, the other flow runs on
 my ($adopted) = $workers =~ /events_flow:(\d+)/;
 SdpTest::query($node, "SELECT sdp_stop_flow('events_flow')");
-ok(SdpTest::wait_for($node,
+ok($node->poll_query_until('postgres',
 		"SELECT state = 'stopped' AND pid IS NULL FROM sdp.flow_status WHERE flow = 'events_flow'"),
 	'an adopted worker stops on request');
-ok(SdpTest::wait_for($node, "SELECT count(*) = 0 FROM pg_stat_activity WHERE pid = $adopted"),
+ok($node->poll_query_until('postgres', "SELECT count(*) = 0 FROM pg_stat_activity WHERE pid = $adopted"),
 	'its process has exited');
 my ($other_pid) = $workers =~ /other_flow:(\d+)/;
 is(SdpTest::query($node, "SELECT state || ' ' || pid FROM sdp.flow_status WHERE flow = 'other_flow'"),
@@ -57,15 +57,15 @@ is(SdpTest::query($node, "SELECT state || ' ' || pid FROM sdp.flow_status WHERE 
 
 # started again by this launcher: stopped through its handle
 SdpTest::query($node, "SELECT sdp_start_flow('events_flow')");
-ok(SdpTest::wait_for($node,
+ok($node->poll_query_until('postgres',
 		"SELECT state = 'running' AND pid IS NOT NULL FROM sdp.flow_status WHERE flow = 'events_flow'"),
 	'started again');
 SdpTest::query($node, "SELECT sdp_stop_flow('events_flow')");
-ok(SdpTest::wait_for($node,
+ok($node->poll_query_until('postgres',
 		"SELECT state = 'stopped' AND pid IS NULL FROM sdp.flow_status WHERE flow = 'events_flow'"),
 	'a worker of this launcher stops on request');
 SdpTest::query($node, "SELECT sdp_start_flow('events_flow')");
-ok(SdpTest::wait_for($node,
+ok($node->poll_query_until('postgres',
 		"SELECT state = 'running' AND pid IS NOT NULL FROM sdp.flow_status WHERE flow = 'events_flow'"),
 	'and starts again');
 
@@ -79,14 +79,14 @@ SdpTest::assert_exactly_once($node, 'others', $report->{partitions}, 'other_flow
 # an adopted worker of a dropped flow goes away too
 $launcher = SdpTest::query($node, $launcher_sql);
 SdpTest::query($node, "SELECT pg_terminate_backend($launcher)");
-ok(SdpTest::wait_for($node,
+ok($node->poll_query_until('postgres',
 		"SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'sdp launcher' AND pid <> $launcher"),
 	'another launcher runs');
 my $other = SdpTest::query($node, "SELECT pid FROM sdp.flow_status WHERE flow = 'other_flow'");
 SdpTest::query($node, "SELECT sdp_drop_flow('other_flow')");
-ok(SdpTest::wait_for($node, "SELECT count(*) = 0 FROM pg_stat_activity WHERE pid = $other"),
+ok($node->poll_query_until('postgres', "SELECT count(*) = 0 FROM pg_stat_activity WHERE pid = $other"),
 	'the adopted worker of a dropped flow exits');
-ok(SdpTest::wait_for($node, "SELECT count(*) = 0 FROM sdp.flow_status WHERE flow = 'other_flow'"),
+ok($node->poll_query_until('postgres', "SELECT count(*) = 0 FROM sdp.flow_status WHERE flow = 'other_flow'"),
 	'and the flow is gone');
 
 done_testing();
