@@ -13,9 +13,12 @@
  * containing its event time (tumbling, or hopping with a slide), unless the
  * window is already final: its end plus the definition's allowance is at or
  * below the watermark; such a row is late, counted and set aside
- * (sdp.dead_letters, stage 'late').  A new window registers an event-time
- * timer at its end plus the allowance; when the watermark passes it, the
- * window's row is emitted once and its accumulator dropped:
+ * (sdp.dead_letters, stage 'late').  Each key has one pending event-time
+ * timer, at the earliest close (end plus allowance) among its open windows,
+ * so a key may hold any number of windows open (a long allowance over short
+ * windows), within the flow's state_memory_limit; when the watermark passes
+ * it, every window of the key that is now final is emitted once, in start
+ * order, its accumulator dropped, and the timer moves to the next close:
  *
  *	(emission_id, definition, entity, window_start, window_end, value, row_count, emitted_at)
  *
@@ -678,29 +681,24 @@ reject_row(SdpOperatorContext *ctx, HeapTuple row, const char *reason)
 }
 
 /*
- * Whether the key can open the windows of an event at t that it does not
- * have yet: each open window holds one of the key's SDP_STATE_TIMERS timers.
+ * The key's one event-time timer: at the earliest close among its windows
+ * (the window starting at start closes at close_at).  A key keeps a single
+ * timer however many windows it has open, so the number of open windows is
+ * bounded only by the flow's state_memory_limit.
  */
-static bool
-room_for_windows(SdpOperatorContext *ctx, SdpKeyState *ks, AggDefinition *d, TimestampTz t, int64 first, WindowAcc *acc)
+static void
+arm_close_timer(SdpOperatorContext *ctx, SdpKeyState *ks, int64 close_at, int64 start)
 {
 	SdpTimer	timers[SDP_STATE_TIMERS];
-	int			pending = sdp_timer_list(ks, timers, lengthof(timers));
-	int			opening = 0;
+	int			n = sdp_timer_list(ks, timers, lengthof(timers));
 
-	if (pending + d->size_us / d->slide_us <= SDP_STATE_TIMERS)
-		return true;			/* room even if every window of the event were new */
-	for (int64 start = first; start > t - d->size_us; start -= d->slide_us)
-	{
-		char		member[32];
-
-		if (start + d->size_us + d->allowance_us <= ctx->watermark)
-			continue;			/* final: the row is late for it, nothing opens */
-		snprintf(member, sizeof(member), INT64_FORMAT, start);
-		if (!sdp_state_map_get(ks, member, acc))
-			opening++;
-	}
-	return pending + opening <= SDP_STATE_TIMERS;
+	for (int i = 0; i < n; i++)
+		if (timers[i].kind == SDP_EVENT_TIME && timers[i].when <= close_at)
+			return;				/* an earlier close is pending: it will look at this window too */
+	for (int i = 0; i < n; i++)
+		if (timers[i].kind == SDP_EVENT_TIME)
+			(void) sdp_timer_delete(ctx, ks, SDP_EVENT_TIME, timers[i].when, timers[i].tag);
+	sdp_timer_register(ctx, ks, SDP_EVENT_TIME, close_at, start);
 }
 
 static void
@@ -737,13 +735,6 @@ window_agg_handle_rows(SdpOperatorContext *ctx, SdpKeyState *ks, HeapTuple *rows
 		}
 		/* the latest window containing t, then back by the slide while they still contain it */
 		first = floor_div(t + UNIX_EPOCH_US, d->slide_us) * d->slide_us - UNIX_EPOCH_US;
-		if (!room_for_windows(ctx, ks, d, t, first, acc))
-		{
-			reject_row(ctx, rows[i],
-					   psprintf("event at %s would open more than %d windows of aggregation %s for entity \"%s\" at once, the most a key holds",
-								sdp_timestamp_text(t), SDP_STATE_TIMERS, d->name, entity));
-			continue;
-		}
 		for (int64 start = first; start > t - d->size_us; start -= d->slide_us)
 		{
 			int64		close_at = start + d->size_us + d->allowance_us;
@@ -761,7 +752,7 @@ window_agg_handle_rows(SdpOperatorContext *ctx, SdpKeyState *ks, HeapTuple *rows
 			if (!sdp_state_map_get(ks, member, acc))
 			{
 				memset(acc, 0, len);
-				sdp_timer_register(ctx, ks, SDP_EVENT_TIME, close_at, start);
+				arm_close_timer(ctx, ks, close_at, start);
 			}
 			fold(d, acc, rows[i], ctx->input_desc);
 			sdp_state_map_put(ks, member, acc);
@@ -786,36 +777,114 @@ iso_utc(TimestampTz t)
 					tm.tm_hour, tm.tm_min, tm.tm_sec);
 }
 
-static void
-window_agg_handle_expired_timer(SdpOperatorContext *ctx, SdpKeyState *ks, const SdpTimer *timer)
+/* The windows of a key, split by the timer's sweep into the final ones and the next close. */
+typedef struct CloseSweep
 {
-	WindowAggConfig *cfg = ctx->config;
-	const char *entity;
-	AggDefinition *d = find_definition(cfg, ks->key, &entity);
+	AggDefinition *def;
+	int64		watermark;
+	int64	   *final;			/* starts of the windows now final */
+	int			nfinal;
+	int			cap;
+	int64		next_close;		/* the earliest close still to come, or DT_NOEND */
+	int64		next_start;
+} CloseSweep;
+
+static bool
+sweep_window(const char *member, void *value, void *arg)
+{
+	CloseSweep *sw = arg;
+	int64		start = strtoi64(member, NULL, 10);
+	int64		close_at = start + sw->def->size_us + sw->def->allowance_us;
+
+	if (close_at <= sw->watermark)
+	{
+		if (sw->nfinal == sw->cap)
+		{
+			sw->cap *= 2;
+			sw->final = repalloc(sw->final, sizeof(int64) * sw->cap);
+		}
+		sw->final[sw->nfinal++] = start;
+	}
+	else if (close_at < sw->next_close)
+	{
+		sw->next_close = close_at;
+		sw->next_start = start;
+	}
+	return true;
+}
+
+static bool
+drop_window(const char *member, void *value, void *arg)
+{
+	return false;
+}
+
+static int
+int64_cmp(const void *a, const void *b)
+{
+	int64		x = *(const int64 *) a;
+	int64		y = *(const int64 *) b;
+
+	return (x > y) - (x < y);
+}
+
+/* Emit the finalized row of the window starting at start, and drop its accumulator. */
+static void
+emit_window(SdpOperatorContext *ctx, SdpKeyState *ks, AggDefinition *d, const char *entity, int64 start)
+{
 	char		member[32];
 	WindowAcc  *acc;
 	Datum		values[8];
 	bool		nulls[8] = {false, false, false, false, false, false, false, false};
 	double		value;
 
-	snprintf(member, sizeof(member), INT64_FORMAT, timer->tag);
+	snprintf(member, sizeof(member), INT64_FORMAT, start);
 	acc = palloc0(MAXALIGN(sizeof(WindowAcc)) + HLL_REGS);
-	if (d != NULL && sdp_state_map_get(ks, member, acc))
+	if (sdp_state_map_get(ks, member, acc))
 	{
-		values[0] = CStringGetTextDatum(psprintf("%s/%s/%s", d->name, entity, iso_utc(timer->tag)));
+		values[0] = CStringGetTextDatum(psprintf("%s/%s/%s", d->name, entity, iso_utc(start)));
 		values[1] = CStringGetTextDatum(d->name);
 		values[2] = CStringGetTextDatum(entity);
-		values[3] = TimestampTzGetDatum(timer->tag);
-		values[4] = TimestampTzGetDatum(timer->tag + d->size_us);
+		values[3] = TimestampTzGetDatum(start);
+		values[4] = TimestampTzGetDatum(start + d->size_us);
 		nulls[5] = !finalize(d, acc, &value);
 		values[5] = Float8GetDatum(nulls[5] ? 0 : value);
 		values[6] = Int64GetDatum(acc->row_count);
 		values[7] = TimestampTzGetDatum(ctx->now);
 		sdp_emit(ctx, values, nulls);
 	}
-	/* final: its accumulator goes (a dropped definition's just goes) */
 	(void) sdp_state_map_remove(ks, member);
 	pfree(acc);
+}
+
+/* The key's close timer: emit every window now final, in start order, and arm the next close. */
+static void
+window_agg_handle_expired_timer(SdpOperatorContext *ctx, SdpKeyState *ks, const SdpTimer *timer)
+{
+	WindowAggConfig *cfg = ctx->config;
+	const char *entity;
+	AggDefinition *d = find_definition(cfg, ks->key, &entity);
+	CloseSweep	sw;
+
+	if (d == NULL)
+	{
+		/* a dropped definition's windows just go */
+		sdp_state_map_visit(ks, drop_window, NULL);
+		return;
+	}
+	memset(&sw, 0, sizeof(sw));
+	sw.def = d;
+	sw.watermark = ctx->watermark;
+	sw.cap = 8;
+	sw.final = palloc(sizeof(int64) * sw.cap);
+	sw.next_close = DT_NOEND;
+	sdp_state_map_visit(ks, sweep_window, &sw);
+	qsort(sw.final, sw.nfinal, sizeof(int64), int64_cmp);
+	for (int i = 0; i < sw.nfinal; i++)
+		emit_window(ctx, ks, d, entity, sw.final[i]);
+	if (sw.next_close != DT_NOEND)
+		arm_close_timer(ctx, ks, sw.next_close, sw.next_start);
+	pfree(sw.final);
 }
 
 /* Retention: windows that ended longer ago than "retention" are deleted. */

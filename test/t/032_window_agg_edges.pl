@@ -2,9 +2,9 @@
 # ends of the timestamp range) are dead-lettered at decode and never move the
 # watermark; NaN amounts make NaN values without breaking sdp_flow_state;
 # windows too long, allowances too long or slides too short are refused;
-# an event that would open a 17th window of one key is set aside instead of
-# failing the worker; and group-by values containing the '|' that joins them
-# stay apart.
+# a long allowance keeps many windows of one key open at once (one close
+# timer per key, however many windows), none set aside; and group-by values
+# containing the '|' that joins them stay apart.
 use strict;
 use warnings FATAL => 'all';
 use lib 'test/perl';
@@ -80,8 +80,10 @@ is(SdpTest::query($node, "SET TimeZone = 'UTC'; SELECT string_agg(definition || 
 	'windows hold only the usable events; a NaN amount makes a NaN sum, an infinite one an infinite sum');
 is(SdpTest::query($node, "SELECT state || ' ' || restarts FROM sdp.flow_status WHERE flow = 'edges'"), 'running 0', 'the flow runs on');
 
-# a key holds at most 16 open windows: one-minute windows with a one-hour allowance,
-# 30 events in 30 minutes: the 17th and later are set aside with the reason, the flow runs on
+# one key with 31 windows open at once: one-minute windows with a 30-minute
+# allowance, events over 40 minutes of one merchant (the first at 00:20,
+# then 00:00 .. 00:39 in order, two in 00:20); a key used to hold at most 16
+# and the events that would open more were set aside as late
 SdpTest::create_source($node, 'many', $broker, 'many');
 SdpTest::query($node, <<'SQL');
 SELECT sdp_create_window_table('many_windows');
@@ -90,25 +92,36 @@ SELECT sdp_create_flow('many', source => 'many', target => 'many_windows',
   operator => 'window_agg',
   options  => '{"event_time": "event_ts", "idle_timeout": "1 hour"}');
 SELECT sdp_create_aggregation('many', 'n', group_by => ARRAY['merchant_id'], operation => 'count',
-  window_size => '1 minute', allowance => '1 hour');
+  window_size => '1 minute', allowance => '30 minutes');
 SQL
+my @many = ('2026-01-01T00:20:10Z', (map { sprintf('2026-01-01T00:%02d:40Z', $_) } 0 .. 39));
 SdpKafka::kcat_produce(bootstrap => $broker->bootstrap, topic => 'many',
-	messages => [ map { [ "m$_", sprintf('{"merchant_id": "m1", "event_ts": "2026-01-01T00:%02d:10Z"}', $_), 0 ] } 0 .. 29 ]);
-ok(SdpTest::wait_consumed($node, 'many', 30), '30 events consumed');
-is(SdpTest::query($node, "SELECT count(*) || ' ' || min(kafka_offset) || ' ' || max(kafka_offset) FROM sdp.dead_letters WHERE flow = 'many'"),
-	'14 16 29', 'the events that would open a 17th window are set aside');
-is(SdpTest::query($node, "SELECT error FROM sdp.dead_letters WHERE flow = 'many' AND kafka_offset = 16"),
-	'event at 2026-01-01 00:16:10+00 would open more than 16 windows of aggregation n for entity "m1" at once, the most a key holds',
-	'with the reason');
+	messages => [ map { [ 'm1', qq({"merchant_id": "m1", "event_ts": "$_"}), 0 ] } @many ]);
+ok(SdpTest::wait_consumed($node, 'many', 41), '41 events consumed');
+# the watermark is 00:39:40: windows 00:00 .. 00:08 have closed (end + 30 minutes), 00:09 .. 00:39 are open
+ok(SdpTest::wait_for($node, 'SELECT count(*) = 9 FROM many_windows', 60), 'the windows the watermark passed are closed');
+is(SdpTest::query($node, "SELECT (SELECT count(*) FROM jsonb_object_keys(value)) FROM sdp_flow_state('many') WHERE key = 'n:m1' AND state = 'windows'"),
+	'31', '31 windows of the key open at once');
+is(SdpTest::query($node, "SELECT jsonb_array_length(value) || ' ' || (value->0->>'at') FROM sdp_flow_state('many') WHERE key = 'n:m1' AND state = 'timers'"),
+	'1 2026-01-01 00:40:00+00', 'one pending timer for the key, at its earliest close');
 SdpKafka::kcat_produce(bootstrap => $broker->bootstrap, topic => 'many',
 	messages => [ [ 'm2', '{"merchant_id": "m2", "event_ts": "2026-01-01T01:45:00Z"}', 0 ] ]);
-ok($node->poll_query_until('postgres',
-		'SELECT count(*) = 16 FROM many_windows'), 'the watermark passing them closes the 16');
-is(SdpTest::query($node, "SET TimeZone = 'UTC'; SELECT count(DISTINCT window_start) || ' ' || min(window_start) || ' ' || max(window_start) || ' ' || sum(row_count) "
-	  . "FROM many_windows WHERE entity = 'm1'"),
-	'16 2026-01-01 00:00:00+00 2026-01-01 00:15:00+00 16', 'one row per minute, each with its event');
-is(SdpTest::query($node, "SELECT state || ' ' || restarts || ' ' || rows_late FROM sdp.flow_status WHERE flow = 'many'"),
-	'running 0 14', 'the flow runs on (it used to restart on the 17th for ever)');
+ok($node->poll_query_until('postgres', "SELECT count(*) = 40 FROM many_windows WHERE entity = 'm1'"),
+	'the watermark passing them closes all 40');
+is(SdpTest::query($node, <<'SQL'), '', 'every window of the 40 minutes, exactly (emission id, end, value, rows)');
+SET TimeZone = 'UTC';
+SELECT string_agg(coalesce(e.emission_id, w.emission_id), ' ')
+  FROM (SELECT 'n/m1/' || to_char(s, 'YYYY-MM-DD"T"HH24:MI:SS"Z"') AS emission_id, s AS window_start,
+               s + interval '1 minute' AS window_end, CASE WHEN s = '2026-01-01 00:20:00+00' THEN 2 ELSE 1 END AS n
+          FROM generate_series(timestamptz '2026-01-01 00:00:00+00', '2026-01-01 00:39:00+00', interval '1 minute') s) e
+  FULL JOIN (SELECT * FROM many_windows WHERE entity = 'm1') w USING (emission_id)
+ WHERE w.emission_id IS NULL OR e.emission_id IS NULL OR w.definition <> 'n' OR w.window_start <> e.window_start
+    OR w.window_end <> e.window_end OR w.value <> e.n OR w.row_count <> e.n
+SQL
+is(SdpTest::query($node, "SELECT count(*) FROM sdp_flow_state('many') WHERE key = 'n:m1'"), '0', 'nothing left of the key');
+is(SdpTest::query($node, "SELECT state || ' ' || restarts || ' ' || rows_late || ' ' || rows_dead_lettered || ' ' || "
+	  . "(SELECT count(*) FROM sdp.dead_letters WHERE flow = 'many') FROM sdp.flow_status WHERE flow = 'many'"),
+	'running 0 0 0 0', 'nothing set aside, the flow runs on');
 
 # ('x|y', 'z') and ('x', 'y|z') are two groups: '|' and '\' inside a value are escaped in the entity
 SdpTest::create_source($node, 'pairs', $broker, 'pairs');
