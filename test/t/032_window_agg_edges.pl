@@ -99,7 +99,7 @@ SdpKafka::kcat_produce(bootstrap => $broker->bootstrap, topic => 'many',
 	messages => [ map { [ 'm1', qq({"merchant_id": "m1", "event_ts": "$_"}), 0 ] } @many ]);
 ok(SdpTest::wait_consumed($node, 'many', 41), '41 events consumed');
 # the watermark is 00:39:40: windows 00:00 .. 00:08 have closed (end + 30 minutes), 00:09 .. 00:39 are open
-ok(SdpTest::wait_for($node, 'SELECT count(*) = 9 FROM many_windows', 60), 'the windows the watermark passed are closed');
+ok($node->poll_query_until('postgres', 'SELECT count(*) = 9 FROM many_windows'), 'the windows the watermark passed are closed');
 is(SdpTest::query($node, "SELECT (SELECT count(*) FROM jsonb_object_keys(value)) FROM sdp_flow_state('many') WHERE key = 'n:m1' AND state = 'windows'"),
 	'31', '31 windows of the key open at once');
 is(SdpTest::query($node, "SELECT jsonb_array_length(value) || ' ' || (value->0->>'at') FROM sdp_flow_state('many') WHERE key = 'n:m1' AND state = 'timers'"),
