@@ -540,12 +540,13 @@ ms_until(TimestampTz now, TimestampTz when)
 	return (long) ((when - now + 999) / 1000);
 }
 
-/* The flow's state in the slot: running, or retrying a batch. */
+/* The flow's state in the slot: running, or retrying a batch (unless the launcher is stopping it). */
 static void
 worker_set_state(FlowWorker *w, SdpFlowState state, bool clear_error)
 {
 	SpinLockAcquire(&w->slot->mutex);
-	w->slot->state = state;
+	if (w->slot->state == SDP_FLOW_RUNNING || w->slot->state == SDP_FLOW_RETRYING)
+		w->slot->state = state;
 	if (clear_error)
 	{
 		w->slot->last_error[0] = '\0';
