@@ -312,27 +312,115 @@ bad_emitted_row(void *arg, int i, ErrorData *edata)
 	return bad_unit(arg, false, i, edata);
 }
 
+/* Whether the previous attempt at the batch also found message m failing alone. */
+static bool
+suspected_before(Batch *b, rd_kafka_message_t *m)
+{
+	ListCell   *lc;
+
+	foreach(lc, b->suspected)
+	{
+		SdpMessageId *id = lfirst(lc);
+
+		if (id->partition == m->partition && id->offset == m->offset)
+			return true;
+	}
+	return false;
+}
+
+/* Unit i failed alone: note the error, whatever it is (see emitted_row_fails_again). */
+static bool
+note_failure(void *arg, int i, ErrorData *edata)
+{
+	StageRun   *r = arg;
+	Suspect    *s = palloc(sizeof(Suspect));
+
+	s->unit = i;
+	s->stage = r->stage;
+	s->edata = edata;
+	r->suspects = lappend(r->suspects, s);
+	return true;
+}
+
+/* An emitted row that failed alone, run alone once more: was it the row (true, *edata set) or a passing moment? */
+static bool
+emitted_row_fails_again(StageRun *r, int unit, ErrorData **edata)
+{
+	StageRun	again = *r;
+
+	again.suspects = NIL;
+	(void) sdp_isolate(write_emitted, note_failure, sdp_is_row_error, &again, unit, unit + 1);
+	if (again.suspects == NIL)
+		return false;
+	*edata = ((Suspect *) linitial(again.suspects))->edata;
+	return true;
+}
+
 /*
  * Run an isolated stage over units [lo, hi) and judge its suspects.  Returns
- * false when on_error = fail met a bad unit; raises the suspects' first
- * error when no unit went through.
+ * false when on_error = fail met a bad unit; raises when the evidence does
+ * not yet hold:
+ *
+ * - no unit went through: the suspects' first error, the flow's fault;
+ * - a message failed alone that did not in the previous attempt: the batch
+ *   is retried, and the message is set aside only if it fails alone again.
+ *   Evidence gathered at one moment could otherwise blame messages for a
+ *   privilege granted (or revoked) while the stage ran.
+ *
+ * An operator's emitted row cannot wait for another attempt (the state has
+ * moved): it is run alone once more at once, and set aside if it fails again.
  */
 static bool
 run_isolated_stage(StageRun *r, SdpIsolateStep step, bool message, int lo, int hi)
 {
+	Batch	   *b = r->b;
 	ListCell   *lc;
+	List	   *seen = NIL;
+	Suspect    *unconfirmed = NULL;
 
 	if (!sdp_isolate(step, message ? bad_message : bad_emitted_row, sdp_is_row_error, r, lo, hi))
 		return false;
 	if (r->suspects == NIL)
 		return true;
 	if (r->nunits_ok == 0)
+	{
+		if (message)
+			b->suspected = NIL;
 		ReThrowError(((Suspect *) linitial(r->suspects))->edata);
+	}
+	if (message)
+	{
+		foreach(lc, r->suspects)
+		{
+			Suspect    *s = lfirst(lc);
+			rd_kafka_message_t *m = b->msgs[b->row_msg[s->unit]];
+			SdpMessageId *id = palloc(sizeof(SdpMessageId));
+
+			id->partition = m->partition;
+			id->offset = m->offset;
+			seen = lappend(seen, id);
+			if (unconfirmed == NULL && !suspected_before(b, m))
+				unconfirmed = s;
+		}
+		b->suspected = seen;
+		if (unconfirmed)
+		{
+			rd_kafka_message_t *m = b->msgs[b->row_msg[unconfirmed->unit]];
+			ErrorData  *edata = unconfirmed->edata;
+
+			edata->message = psprintf("%s (partition %d offset %lld failed alone: it is set aside if it does again)",
+									  edata->message, m->partition, (long long) m->offset);
+			ReThrowError(edata);
+		}
+	}
 	foreach(lc, r->suspects)
 	{
 		Suspect    *s = lfirst(lc);
+		ErrorData  *edata = s->edata;
 
-		if (!set_unit_aside(r, message, s->unit, s->stage, s->edata))
+		if (!message && !emitted_row_fails_again(r, s->unit, &edata))
+			continue;
+		if (!set_unit_aside(r, message, s->unit, s->stage, edata))
 			return false;
 	}
 	return true;

@@ -40,6 +40,13 @@ typedef struct DeadLetter
 	char	   *row_text;		/* an operator's row that could not be written (msg is NULL) */
 } DeadLetter;
 
+/* A message, by where it is in the topic. */
+typedef struct SdpMessageId
+{
+	int32		partition;
+	int64		offset;
+} SdpMessageId;
+
 /* One batch of messages, from poll to commit. */
 typedef struct Batch
 {
@@ -59,6 +66,7 @@ typedef struct Batch
 	int			ndead_decode;	/* the first entries of dead are decode failures */
 	int64	   *next;			/* per assigned partition: next offset once committed */
 	bool		checkpointed;	/* a stateful flow's checkpoint committed with it */
+	List	   *suspected;		/* SdpMessageId: messages that failed alone, not for their data, in the last attempt */
 } Batch;
 
 typedef struct FlowWorker
