@@ -50,6 +50,8 @@ extern int	sdp_max_flows;
 extern int	sdp_launcher_naptime_ms;
 extern int	sdp_default_max_batch_rows;
 extern int	sdp_default_state_memory_limit_kb;
+extern int	sdp_dead_letter_retention_s;
+extern int	sdp_dead_letter_prune_interval_s;
 
 /*
  * The life of a flow, as shown in sdp.flow_status.  STOPPED and FAILED are
