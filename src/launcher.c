@@ -14,6 +14,10 @@
  * postmaster while its workers ran on) has no handle here: the launcher
  * adopts it, and stops it cooperatively, by setting stop_requested in its
  * slot and setting its latch; the worker exits when it sees the flag.
+ *
+ * It also deletes the dead letters older than sdp.dead_letter_retention,
+ * every sdp.dead_letter_prune_interval, in short transactions that never
+ * wait for a lock, between two reconciliations.
  */
 #include "sdp.h"
 
@@ -631,8 +635,9 @@ launcher_prune_dead_letters(void)
 		next_prune_at = now;	/* more to delete: go on after the next reconciliation */
 	if (total > 0)
 		ereport(LOG,
-				(errmsg("sdp launcher deleted " INT64_FORMAT " dead letters older than %s",
-						total, cutoff_text),
+				(errmsg_plural("sdp launcher deleted " INT64_FORMAT " dead letter older than %s",
+							   "sdp launcher deleted " INT64_FORMAT " dead letters older than %s",
+							   (unsigned long) total, total, cutoff_text),
 				 errdetail("sdp.dead_letter_retention is %d s.", sdp_dead_letter_retention_s)));
 	pfree(cutoff_text);
 }

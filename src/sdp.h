@@ -6,7 +6,8 @@
  *
  *	sdp_main.c		_PG_init: GUCs, shared memory hooks, the launcher's registration
  *	shmem.c			the flow slots in shared memory (state, counters, progress)
- *	launcher.c		static background worker: starts, stops, restarts flow workers
+ *	launcher.c		static background worker: starts, stops, restarts flow workers;
+ *					deletes dead letters past their retention
  *	catalog.c		reads and writes the sdp.* catalog tables on the extension's behalf
  *	api.c			SQL-callable declaration functions (sources and flows)
  *	status.c		SQL-callable monitoring (flow status, progress)
