@@ -85,6 +85,8 @@ static int64 *slot_flow_ids = NULL;
 static bool warned_max_flows = false;
 /* When the next pruning of dead letters is due; 0 = at the next pass. */
 static TimestampTz next_prune_at = 0;
+/* Whether the extension was there at the last pass: without it nothing is pruned. */
+static bool extension_installed = false;
 
 static void launcher_detach_shmem(int code, Datum arg);
 static bool launcher_extension_installed(void);
@@ -149,7 +151,8 @@ sdp_launcher_main(Datum main_arg)
 			next_prune_at = 0;
 		}
 
-		if (!launcher_extension_installed())
+		extension_installed = launcher_extension_installed();
+		if (!extension_installed)
 		{
 			/* DROP EXTENSION: no flow may run without its catalogs */
 			launcher_stop_all();
@@ -168,7 +171,7 @@ launcher_sleep_ms(void)
 {
 	long		sleep_ms = sdp_launcher_naptime_ms;
 
-	if (sdp_dead_letter_retention_s > 0)
+	if (extension_installed && sdp_dead_letter_retention_s > 0)
 	{
 		TimestampTz now = GetCurrentTimestamp();
 		long		due_ms = next_prune_at <= now ? 0 : (long) ((next_prune_at - now + 999) / 1000);

@@ -127,4 +127,18 @@ unlike(PostgreSQL::Test::Utils::slurp_file($node->logfile), qr/deleting dead let
 	'no error while deleting dead letters in the whole run');
 is(SdpTest::query($node, "SELECT state FROM sdp.flow_status WHERE flow = 'dl_flow'"), 'running', 'the flow runs');
 
+# Without the extension there is nothing to prune, and the launcher sleeps
+# its naptime (it must not spin on a pruning that is due but cannot run).
+SdpTest::query($node, 'DROP EXTENSION sdp_ext CASCADE');
+my $launcher = SdpTest::query($node, "SELECT pid FROM pg_stat_activity WHERE backend_type = 'sdp launcher'");
+sub cpu_ticks
+{
+	my @f = split / /, (PostgreSQL::Test::Utils::slurp_file("/proc/$launcher/stat") =~ s/^.*\) //sr);
+	return $f[11] + $f[12];	# utime + stime
+}
+sleep 1;
+my $ticks = cpu_ticks();
+sleep 3;
+cmp_ok(cpu_ticks() - $ticks, '<', 50, 'without the extension the launcher idles (less than 0.5 s of CPU in 3 s)');
+
 done_testing();
