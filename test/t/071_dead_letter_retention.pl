@@ -13,7 +13,9 @@ use Test::More;
 use Time::HiRes qw(sleep);
 
 my $broker = SdpKafka::start_broker(topics => { 'bad' => 1 });
-my $node = SdpTest::new_node('retention', 'sdp.dead_letter_prune_interval' => "'1s'");
+# log_min_messages = warning: the launcher's errors are in the log (with "log", ERROR is not)
+my $node = SdpTest::new_node('retention', 'sdp.dead_letter_prune_interval' => "'1s'",
+	'log_min_messages' => 'warning');
 SdpTest::create_source($node, 'src', $broker, 'bad');
 
 is(SdpTest::query($node, 'SHOW sdp.dead_letter_retention'), '7d', 'the default retention is 7 days');
@@ -126,6 +128,42 @@ ok(SdpTest::wait_for($node, "SELECT count(*) = 1 FROM sdp.dead_letters WHERE flo
 unlike(PostgreSQL::Test::Utils::slurp_file($node->logfile), qr/deleting dead letters older than/,
 	'no error while deleting dead letters in the whole run');
 is(SdpTest::query($node, "SELECT state FROM sdp.flow_status WHERE flow = 'dl_flow'"), 'running', 'the flow runs');
+
+# An error while deleting is logged with what the launcher was doing; the
+# launcher goes on (the same process) with its flows, and tries again at its
+# next round.
+my $launcher_pid = SdpTest::query($node, "SELECT pid FROM pg_stat_activity WHERE backend_type = 'sdp launcher'");
+SdpTest::query($node, <<'SQL');
+CREATE TABLE allow_delete (ok boolean);
+CREATE FUNCTION public.refuse_delete() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  IF NOT EXISTS (SELECT 1 FROM public.allow_delete) THEN
+    RAISE EXCEPTION 'no deleting of dead letters today';
+  END IF;
+  RETURN OLD;
+END $$;
+CREATE TRIGGER refuse_delete BEFORE DELETE ON sdp.dead_letters FOR EACH ROW EXECUTE FUNCTION public.refuse_delete();
+INSERT INTO sdp.dead_letters (flow, owner, stage, error, created_at)
+SELECT 'old_flow', 'postgres', 'decode', 'doomed', now() - interval '2 days' FROM generate_series(1, 4);
+SQL
+ok(SdpTest::wait_for_log($node,
+		qr/\[$launcher_pid\] ERROR:  no deleting of dead letters today\n[^\n]*CONTEXT:[^\n]*(?:\n\t[^\n]*)*?\n\tsdp launcher deleting dead letters older than/),
+	'an error while deleting is logged, with the context');
+SdpTest::query($node, "SELECT sdp_stop_flow('dl_flow')");
+ok(SdpTest::wait_for($node, "SELECT state = 'stopped' FROM sdp.flow_status WHERE flow = 'dl_flow'", 30),
+	'the launcher goes on with its flows');
+is(SdpTest::query($node, "SELECT count(*) FROM sdp.dead_letters WHERE error = 'doomed'"), '4', 'nothing was deleted');
+SdpTest::query($node, 'INSERT INTO allow_delete VALUES (true)');
+ok(SdpTest::wait_for($node, "SELECT count(*) = 0 FROM sdp.dead_letters WHERE error = 'doomed'", 30),
+	'the next round deletes them');
+is(SdpTest::query($node, "SELECT pid FROM pg_stat_activity WHERE backend_type = 'sdp launcher'"), $launcher_pid,
+	'the same launcher process throughout');
+my @launcher_errors = PostgreSQL::Test::Utils::slurp_file($node->logfile) =~ /\[$launcher_pid\] (WARNING|ERROR|FATAL|PANIC):  ([^\n]*)/g;
+my %seen = @launcher_errors;
+is(join(',', sort keys %seen), 'ERROR', 'the launcher logged errors, and no warning (no leaked resource)');
+is_deeply([ grep { !/^(?:WARNING|ERROR|FATAL|PANIC)$/ && $_ ne 'no deleting of dead letters today' } @launcher_errors ], [],
+	'its only errors are the refused deletes');
+SdpTest::query($node, 'DROP TRIGGER refuse_delete ON sdp.dead_letters');
 
 # Without the extension there is nothing to prune, and the launcher sleeps
 # its naptime (it must not spin on a pruning that is due but cannot run).
