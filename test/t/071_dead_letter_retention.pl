@@ -13,9 +13,7 @@ use Test::More;
 use Time::HiRes qw(sleep);
 
 my $broker = SdpKafka::start_broker(topics => { 'bad' => 1 });
-# log_min_messages = warning: the launcher's errors are in the log (with "log", ERROR is not)
-my $node = SdpTest::new_node('retention', 'sdp.dead_letter_prune_interval' => "'1s'",
-	'log_min_messages' => 'warning');
+my $node = SdpTest::new_node('retention', 'sdp.dead_letter_prune_interval' => "'1s'");
 SdpTest::create_source($node, 'src', $broker, 'bad');
 
 is(SdpTest::query($node, 'SHOW sdp.dead_letter_retention'), '7d', 'the default retention is 7 days');
@@ -51,17 +49,17 @@ UPDATE sdp.dead_letters SET created_at = now() - interval '10 days'
 UPDATE sdp.dead_letters SET created_at = now() - interval '2 hours'
  WHERE flow = 'dl_flow' AND kafka_key LIKE 'a%' AND created_at > now() - interval '1 day';
 SQL
-ok(SdpTest::wait_for($node, "SELECT count(*) = 35 FROM sdp.dead_letters WHERE flow = 'dl_flow'", 30),
+ok(SdpTest::wait_for($node, "SELECT count(*) = 35 FROM sdp.dead_letters WHERE flow = 'dl_flow'"),
 	'with the default retention the 5 ten-day-old dead letters are deleted');
-ok(SdpTest::wait_for_log($node, qr/sdp launcher deleted 5 dead letters older than/),
+ok($node->wait_for_log(qr/sdp launcher deleted 5 dead letters older than/),
 	'the launcher logs what it deleted');
 is(keys_left(), "a:25:6-30\nb:10:1-10", 'the two-hour-old and the recent ones stay');
 
 # A shorter retention applies at the next reload.
 SdpTest::query($node, "ALTER SYSTEM SET sdp.dead_letter_retention = '1h'; SELECT pg_reload_conf()");
-ok(SdpTest::wait_for($node, "SELECT count(*) = 10 FROM sdp.dead_letters WHERE flow = 'dl_flow'", 30),
+ok(SdpTest::wait_for($node, "SELECT count(*) = 10 FROM sdp.dead_letters WHERE flow = 'dl_flow'"),
 	'with a retention of 1 hour the 25 two-hour-old dead letters are deleted');
-ok(SdpTest::wait_for_log($node, qr/sdp launcher deleted 25 dead letters older than/), 'logged');
+ok($node->wait_for_log(qr/sdp launcher deleted 25 dead letters older than/), 'logged');
 is(keys_left(), 'b:10:1-10', 'the 10 recent ones stay');
 is(SdpTest::query($node, 'SELECT count(*) FROM t'), '5', 'the target is untouched');
 
@@ -82,10 +80,10 @@ SELECT 'old_flow', 'postgres', 'decode', 'recent', now() - interval '10 minutes'
 SQL
 my $log_offset = -s $node->logfile;
 SdpTest::query($node, "ALTER SYSTEM SET sdp.dead_letter_retention = '1h'; SELECT pg_reload_conf()");
-ok(SdpTest::wait_for($node, "SELECT count(*) = 7 FROM sdp.dead_letters", 120),
+ok(SdpTest::wait_for($node, "SELECT count(*) = 7 FROM sdp.dead_letters"),
 	'the 105,010 old dead letters are deleted, the 7 recent ones stay');
 is(SdpTest::query($node, "SELECT string_agg(DISTINCT error, ',') FROM sdp.dead_letters"), 'recent', 'only the recent ones');
-ok(SdpTest::wait_for_log($node, qr/sdp launcher deleted 5010 dead letters older than/), 'in two passes');
+ok($node->wait_for_log(qr/sdp launcher deleted 5010 dead letters older than/), 'in two passes');
 my $log = substr(PostgreSQL::Test::Utils::slurp_file($node->logfile), $log_offset);
 my @passes = $log =~ /sdp launcher deleted (\d+) dead letters?/g;
 is(join(',', @passes), '100000,5010', 'the first pass deleted 100,000 rows in 10 transactions, the second the rest');
@@ -106,16 +104,16 @@ $locker->query_safe('BEGIN; LOCK TABLE sdp.dead_letters IN SHARE MODE');
 SdpTest::query($node, "ALTER SYSTEM SET sdp.dead_letter_retention = '1h'; SELECT pg_reload_conf()");
 sleep 3;	# three prune intervals
 SdpTest::query($node, "SELECT sdp_stop_flow('dl_flow')");
-ok(SdpTest::wait_for($node, "SELECT state = 'stopped' FROM sdp.flow_status WHERE flow = 'dl_flow'", 30),
+ok(SdpTest::wait_for($node, "SELECT state = 'stopped' FROM sdp.flow_status WHERE flow = 'dl_flow'"),
 	'while sdp.dead_letters is locked the launcher still stops a flow');
 is(SdpTest::query($node, "SELECT count(*) FROM sdp.dead_letters WHERE error = 'locked'"), '3',
 	'and deletes nothing');
 $locker->query_safe('COMMIT');
 $locker->query_safe("BEGIN; SELECT 1 FROM sdp.dead_letters WHERE id = (SELECT min(id) FROM sdp.dead_letters WHERE error = 'locked') FOR UPDATE");
-ok(SdpTest::wait_for($node, "SELECT count(*) = 1 FROM sdp.dead_letters WHERE error = 'locked'", 30),
+ok(SdpTest::wait_for($node, "SELECT count(*) = 1 FROM sdp.dead_letters WHERE error = 'locked'"),
 	'once the table lock is gone, the two old rows nobody locks are deleted');
 $locker->query_safe('ROLLBACK');
-ok(SdpTest::wait_for($node, "SELECT count(*) = 0 FROM sdp.dead_letters WHERE error = 'locked'", 30),
+ok(SdpTest::wait_for($node, "SELECT count(*) = 0 FROM sdp.dead_letters WHERE error = 'locked'"),
 	'and the third once its row lock is released');
 $locker->quit;
 is(SdpTest::query($node, 'SELECT count(*) FROM sdp.dead_letters'), '7', 'the 7 recent ones stay');
@@ -146,15 +144,15 @@ CREATE TRIGGER refuse_delete BEFORE DELETE ON sdp.dead_letters FOR EACH ROW EXEC
 INSERT INTO sdp.dead_letters (flow, owner, stage, error, created_at)
 SELECT 'old_flow', 'postgres', 'decode', 'doomed', now() - interval '2 days' FROM generate_series(1, 4);
 SQL
-ok(SdpTest::wait_for_log($node,
+ok($node->wait_for_log(
 		qr/\[$launcher_pid\] ERROR:  no deleting of dead letters today\n[^\n]*CONTEXT:[^\n]*(?:\n\t[^\n]*)*?\n\tsdp launcher deleting dead letters older than/),
 	'an error while deleting is logged, with the context');
 SdpTest::query($node, "SELECT sdp_stop_flow('dl_flow')");
-ok(SdpTest::wait_for($node, "SELECT state = 'stopped' FROM sdp.flow_status WHERE flow = 'dl_flow'", 30),
+ok(SdpTest::wait_for($node, "SELECT state = 'stopped' FROM sdp.flow_status WHERE flow = 'dl_flow'"),
 	'the launcher goes on with its flows');
 is(SdpTest::query($node, "SELECT count(*) FROM sdp.dead_letters WHERE error = 'doomed'"), '4', 'nothing was deleted');
 SdpTest::query($node, 'INSERT INTO allow_delete VALUES (true)');
-ok(SdpTest::wait_for($node, "SELECT count(*) = 0 FROM sdp.dead_letters WHERE error = 'doomed'", 30),
+ok(SdpTest::wait_for($node, "SELECT count(*) = 0 FROM sdp.dead_letters WHERE error = 'doomed'"),
 	'the next round deletes them');
 is(SdpTest::query($node, "SELECT pid FROM pg_stat_activity WHERE backend_type = 'sdp launcher'"), $launcher_pid,
 	'the same launcher process throughout');
