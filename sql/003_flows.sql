@@ -42,6 +42,15 @@ SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'ic
 SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text', 'SELECT icao24, altitude FROM input')$$);
 SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text', 'DELETE FROM positions')$$);
 SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text', 'WITH d AS (DELETE FROM positions RETURNING icao24) SELECT icao24 FROM d')$$);
+-- row-locking clauses, at the top or anywhere inside: the same refusal
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text', 'SELECT i.icao24 FROM input i, zones z WHERE i.icao24 = z.zone FOR UPDATE OF z')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text', 'SELECT icao24 FROM input WHERE EXISTS (SELECT 1 FROM zones FOR UPDATE)')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text', 'SELECT i.icao24 FROM input i, (SELECT zone FROM zones FOR SHARE) z WHERE i.icao24 = z.zone')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text', 'WITH z AS (SELECT zone FROM zones FOR KEY SHARE) SELECT i.icao24 FROM input i JOIN z ON i.icao24 = z.zone')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text', 'SELECT icao24, (SELECT max(zone) FROM (SELECT zone FROM zones FOR NO KEY UPDATE SKIP LOCKED) z) AS zone FROM input')$$);
+CREATE VIEW locked_zones AS SELECT zone FROM zones FOR UPDATE;
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text', 'SELECT i.icao24 FROM input i JOIN locked_zones z ON i.icao24 = z.zone')$$);
+DROP VIEW locked_zones;
 SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text', 'SELECT icao24, 1 AS speed FROM input')$$);
 SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text, lat float8', 'SELECT icao24, point(lat, lat) AS lat FROM input')$$);
 SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text, lat text')$$);

@@ -14,15 +14,21 @@
  * postmaster while its workers ran on) has no handle here: the launcher
  * adopts it, and stops it cooperatively, by setting stop_requested in its
  * slot and setting its latch; the worker exits when it sees the flag.
+ *
+ * It also deletes the dead letters older than sdp.dead_letter_retention,
+ * every sdp.dead_letter_prune_interval, in short transactions that never
+ * wait for a lock, between two reconciliations.
  */
 #include "sdp.h"
 
 #include <signal.h>
 
 #include "access/xact.h"
+#include "catalog/namespace.h"
 #include "catalog/pg_authid.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
+#include "nodes/makefuncs.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/memutils.h"
@@ -55,6 +61,13 @@
  * this long after its registration is taken as never started.
  */
 #define SDP_ADOPTED_START_GRACE_MS	30000
+/*
+ * Pruning of old dead letters: rows deleted per transaction, and
+ * transactions per pass; what is left after a pass is taken up by the next,
+ * right after the launcher has looked at its flows again.
+ */
+#define SDP_PRUNE_BATCH_ROWS		10000
+#define SDP_PRUNE_BATCHES_PER_PASS	10
 
 /* A flow as sdp.flows declares it, read at each reconciliation. */
 typedef struct WantedFlow
@@ -70,11 +83,17 @@ typedef struct WantedFlow
 static BackgroundWorkerHandle **slot_handles = NULL;
 static int64 *slot_flow_ids = NULL;
 static bool warned_max_flows = false;
+/* When the next pruning of dead letters is due; 0 = at the next pass. */
+static TimestampTz next_prune_at = 0;
+/* Whether the extension was there at the last pass: without it nothing is pruned. */
+static bool extension_installed = false;
 
 static void launcher_detach_shmem(int code, Datum arg);
 static bool launcher_extension_installed(void);
 static void launcher_reconcile(void);
 static void launcher_stop_all(void);
+static void launcher_prune_dead_letters(void);
+static long launcher_sleep_ms(void);
 
 void
 sdp_register_launcher(void)
@@ -120,7 +139,7 @@ sdp_launcher_main(Datum main_arg)
 	{
 		/* Sleep until woken, the naptime passes, or the postmaster dies. */
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 sdp_launcher_naptime_ms, PG_WAIT_EXTENSION);
+						 launcher_sleep_ms(), PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
 		CHECK_FOR_INTERRUPTS();
 
@@ -128,9 +147,12 @@ sdp_launcher_main(Datum main_arg)
 		{
 			ConfigReloadPending = false;
 			ProcessConfigFile(PGC_SIGHUP);
+			/* a new retention applies at once */
+			next_prune_at = 0;
 		}
 
-		if (!launcher_extension_installed())
+		extension_installed = launcher_extension_installed();
+		if (!extension_installed)
 		{
 			/* DROP EXTENSION: no flow may run without its catalogs */
 			launcher_stop_all();
@@ -138,8 +160,25 @@ sdp_launcher_main(Datum main_arg)
 			continue;
 		}
 		launcher_reconcile();
+		launcher_prune_dead_letters();
 		pgstat_report_activity(STATE_IDLE, NULL);
 	}
+}
+
+/* How long to sleep: the naptime, or less when the pruning of dead letters is due sooner. */
+static long
+launcher_sleep_ms(void)
+{
+	long		sleep_ms = sdp_launcher_naptime_ms;
+
+	if (extension_installed && sdp_dead_letter_retention_s > 0)
+	{
+		TimestampTz now = GetCurrentTimestamp();
+		long		due_ms = next_prune_at <= now ? 0 : (long) ((next_prune_at - now + 999) / 1000);
+
+		sleep_ms = Min(sleep_ms, due_ms);
+	}
+	return sleep_ms;
 }
 
 /* Whether CREATE EXTENSION sdp_ext has run in this database. */
@@ -490,4 +529,118 @@ launcher_stop_all(void)
 		sdp_slot_free(s);
 	}
 	LWLockRelease(SdpShmem->lock);
+}
+
+/*
+ * Delete one batch of the dead letters created before cutoff, in a short
+ * transaction of its own, as the catalogs' owner.  It never waits: when
+ * someone holds a lock on sdp.dead_letters that conflicts, nothing is done
+ * this time (returns -1); rows locked by others (their owner deleting them)
+ * are left to them.  Returns the number of rows deleted.
+ */
+static int64
+prune_dead_letters_batch(TimestampTz cutoff)
+{
+	SdpCatalogScope scope;
+	Oid			argtypes[2] = {TIMESTAMPTZOID, INT4OID};
+	Datum		values[2] = {TimestampTzGetDatum(cutoff), Int32GetDatum(SDP_PRUNE_BATCH_ROWS)};
+	Oid			relid;
+	int64		deleted = -1;
+
+	sdp_start_transaction();
+	SPI_connect();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	sdp_catalog_enter(&scope);
+	relid = RangeVarGetRelidExtended(makeRangeVar(SDP_SCHEMA, "dead_letters", -1), RowExclusiveLock,
+									 RVR_MISSING_OK | RVR_SKIP_LOCKED, NULL, NULL);
+	if (OidIsValid(relid))
+	{
+		if (SPI_execute_with_args("DELETE FROM sdp.dead_letters WHERE ctid = ANY (ARRAY("
+								  "  SELECT ctid FROM sdp.dead_letters WHERE created_at < $1"
+								  "   LIMIT $2 FOR UPDATE SKIP LOCKED))",
+								  2, argtypes, values, NULL, false, 0) != SPI_OK_DELETE)
+			elog(ERROR, "could not delete old rows of sdp.dead_letters");
+		deleted = (int64) SPI_processed;
+	}
+	sdp_catalog_leave(&scope);
+	PopActiveSnapshot();
+	SPI_finish();
+	CommitTransactionCommand();
+	return deleted;
+}
+
+static void
+prune_error_context(void *arg)
+{
+	errcontext("sdp launcher deleting dead letters older than %s", (const char *) arg);
+}
+
+/*
+ * Delete the dead letters older than sdp.dead_letter_retention, when a
+ * pruning is due (every sdp.dead_letter_prune_interval), in batches of
+ * short transactions.  An error is logged, and the next pruning tries
+ * again; the launcher goes on with its flows.
+ */
+static void
+launcher_prune_dead_letters(void)
+{
+	TimestampTz now;
+	TimestampTz cutoff;
+	MemoryContext cxt = CurrentMemoryContext;
+	ErrorContextCallback errcb;
+	char	   *cutoff_text;
+	volatile int64 total = 0;
+	volatile bool more = false;
+
+	if (sdp_dead_letter_retention_s == 0)
+		return;					/* kept for ever */
+	now = GetCurrentTimestamp();
+	if (now < next_prune_at)
+		return;
+	next_prune_at = TimestampTzPlusMilliseconds(now, (int64) sdp_dead_letter_prune_interval_s * 1000);
+	cutoff = now - (int64) sdp_dead_letter_retention_s * USECS_PER_SEC;
+	cutoff_text = sdp_timestamp_text(cutoff);
+
+	pgstat_report_activity(STATE_RUNNING, "deleting old dead letters");
+	errcb.callback = prune_error_context;
+	errcb.arg = cutoff_text;
+	errcb.previous = error_context_stack;
+	error_context_stack = &errcb;
+	PG_TRY();
+	{
+		for (int i = 0; i < SDP_PRUNE_BATCHES_PER_PASS; i++)
+		{
+			int64		n = prune_dead_letters_batch(cutoff);
+
+			total += Max(n, 0);
+			more = (n == SDP_PRUNE_BATCH_ROWS);
+			if (!more)
+				break;
+			CHECK_FOR_INTERRUPTS();
+		}
+	}
+	PG_CATCH();
+	{
+		/* log it, roll back, and go on: the next pruning tries again */
+		HOLD_INTERRUPTS();
+		error_context_stack = errcb.previous;
+		EmitErrorReport();
+		AbortOutOfAnyTransaction();
+		FlushErrorState();
+		RESUME_INTERRUPTS();
+		more = false;
+	}
+	PG_END_TRY();
+	error_context_stack = errcb.previous;
+	MemoryContextSwitchTo(cxt);
+
+	if (more)
+		next_prune_at = now;	/* more to delete: go on after the next reconciliation */
+	if (total > 0)
+		ereport(LOG,
+				(errmsg_plural("sdp launcher deleted " INT64_FORMAT " dead letter older than %s",
+							   "sdp launcher deleted " INT64_FORMAT " dead letters older than %s",
+							   (unsigned long) total, total, cutoff_text),
+				 errdetail("sdp.dead_letter_retention is %d s.", sdp_dead_letter_retention_s)));
+	pfree(cutoff_text);
 }

@@ -6,7 +6,8 @@
  *
  *	sdp_main.c		_PG_init: GUCs, shared memory hooks, the launcher's registration
  *	shmem.c			the flow slots in shared memory (state, counters, progress)
- *	launcher.c		static background worker: starts, stops, restarts flow workers
+ *	launcher.c		static background worker: starts, stops, restarts flow workers;
+ *					deletes dead letters past their retention
  *	catalog.c		reads and writes the sdp.* catalog tables on the extension's behalf
  *	api.c			SQL-callable declaration functions (sources and flows)
  *	status.c		SQL-callable monitoring (flow status, progress)
@@ -50,6 +51,8 @@ extern int	sdp_max_flows;
 extern int	sdp_launcher_naptime_ms;
 extern int	sdp_default_max_batch_rows;
 extern int	sdp_default_state_memory_limit_kb;
+extern int	sdp_dead_letter_retention_s;
+extern int	sdp_dead_letter_prune_interval_s;
 
 /*
  * The life of a flow, as shown in sdp.flow_status.  STOPPED and FAILED are

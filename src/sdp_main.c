@@ -20,6 +20,8 @@ int			sdp_max_flows = 16;
 int			sdp_launcher_naptime_ms = 1000;
 int			sdp_default_max_batch_rows = 10000;
 int			sdp_default_state_memory_limit_kb = 256 * 1024;
+int			sdp_dead_letter_retention_s = 7 * SECS_PER_DAY;
+int			sdp_dead_letter_prune_interval_s = SECS_PER_MINUTE;
 
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
@@ -95,6 +97,24 @@ sdp_define_gucs(void)
 							256 * 1024, 1024, INT_MAX / 2,
 							PGC_SIGHUP,
 							GUC_UNIT_KB,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("sdp.dead_letter_retention",
+							"How long dead letters are kept; older ones are deleted in the background.",
+							"0 keeps them for ever. The launcher deletes them, at most every sdp.dead_letter_prune_interval.",
+							&sdp_dead_letter_retention_s,
+							7 * SECS_PER_DAY, 0, INT_MAX,
+							PGC_SIGHUP,
+							GUC_UNIT_S,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("sdp.dead_letter_prune_interval",
+							"How often the launcher deletes the dead letters older than sdp.dead_letter_retention.",
+							NULL,
+							&sdp_dead_letter_prune_interval_s,
+							SECS_PER_MINUTE, 1, SECS_PER_DAY,
+							PGC_SIGHUP,
+							GUC_UNIT_S,
 							NULL, NULL, NULL);
 
 	MarkGUCPrefixReserved("sdp");

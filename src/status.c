@@ -8,16 +8,20 @@
 
 #include "access/htup_details.h"
 #include "access/xact.h"
+#include "catalog/pg_authid.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "funcapi.h"
+#include "miscadmin.h"
+#include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/json.h"
 #include "utils/resowner.h"
 #include "utils/jsonb.h"
 #include "utils/timestamp.h"
 
+#include "flow.h"
 #include "operator.h"
 #include "state_store.h"
 
@@ -312,10 +316,36 @@ copy_state(dsa_handle area, dshash_table_handle table, MemoryContext cxt)
 }
 
 /*
+ * The current role may read the state of a flow owned by owner: the state
+ * is the flow's data (its keys and values), so the rule is that of the
+ * functions that act on a flow (the owner, a role that has its privileges,
+ * a superuser), widened as pg_stat_activity's query texts are, to members
+ * of pg_read_all_stats.
+ */
+static void
+check_state_reader(const char *owner, const char *name)
+{
+	Oid			owner_oid = get_role_oid(owner, true);
+	Oid			me = GetUserId();
+
+	if (superuser() ||
+		(OidIsValid(owner_oid) && has_privs_of_role(me, owner_oid)) ||
+		has_privs_of_role(me, ROLE_PG_READ_ALL_STATS))
+		return;
+	ereport(ERROR,
+			(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+			 errmsg("permission denied to read the state of flow \"%s\"", name),
+			 errdetail("Flow \"%s\" belongs to role \"%s\", and its state holds the keys and values of its data.",
+					   name, owner),
+			 errhint("Read it as a member of role \"%s\", or as a member of pg_read_all_stats.", owner)));
+}
+
+/*
  * sdp_flow_state(flow): the live state of a running stateful flow, read from
  * its shared memory: one row per key and state (each value state, the map
  * state, the pending timers), the value as jsonb.  No rows when the flow is
- * not running or has no operator.
+ * not running or has no operator.  Only for the roles check_state_reader
+ * lets in.
  */
 Datum
 sdp_flow_state(PG_FUNCTION_ARGS)
@@ -329,24 +359,28 @@ sdp_flow_state(PG_FUNCTION_ARGS)
 	ListCell   *lc;
 	Oid			argtypes[1] = {TEXTOID};
 	Datum		args[1] = {CStringGetTextDatum(name)};
+	SdpCatalogScope scope;
+	char	   *opname;
+	bool		found;
 	int			s;
 
 	sdp_require_shmem();
 	InitMaterializedSRF(fcinfo, 0);
 
+	/* the flow's operator and owner, read with search_path pinned: the caller's operators must not match */
 	SPI_connect();
-	if (SPI_execute_with_args("SELECT operator FROM sdp.flows WHERE name = $1", 1, argtypes, args, NULL, true, 1) == SPI_OK_SELECT &&
-		SPI_processed == 1)
-	{
-		char	   *opname = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
-
-		if (opname)
-			op = sdp_find_operator(opname);
-	}
-	else
+	sdp_catalog_enter(&scope);
+	found = SPI_execute_with_args("SELECT operator, owner FROM sdp.flows WHERE name = $1", 1, argtypes, args, NULL, true, 1) == SPI_OK_SELECT &&
+		SPI_processed == 1;
+	sdp_catalog_leave(&scope);
+	if (!found)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
 				 errmsg("flow \"%s\" does not exist", name)));
+	check_state_reader(SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2), name);
+	opname = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+	if (opname)
+		op = sdp_find_operator(opname);
 	SPI_finish();
 	MemoryContextSwitchTo(cxt);
 	if (op == NULL)

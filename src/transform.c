@@ -72,6 +72,28 @@ transform_error_context(void *arg)
 }
 
 /*
+ * Whether a query locks rows: FOR UPDATE / NO KEY UPDATE / SHARE / KEY SHARE
+ * in it or in any query inside it (subqueries in FROM, sublinks, CTEs, the
+ * views it reads, as rewritten).  A transform never locks: its rows are
+ * written by the flow, and a lock would be held for the whole batch.
+ */
+static bool
+locks_rows_walker(Node *node, void *context)
+{
+	if (node == NULL)
+		return false;
+	if (IsA(node, Query))
+	{
+		Query	   *q = (Query *) node;
+
+		if (q->rowMarks != NIL || q->hasForUpdate)
+			return true;
+		return query_tree_walker(q, locks_rows_walker, context, 0);
+	}
+	return expression_tree_walker(node, locks_rows_walker, context);
+}
+
+/*
  * Prepare and keep the transform (or note that there is none).  Refuses a
  * transform that is not exactly one plain SELECT.  Needs an SPI connection.
  * The result descriptor is allocated in the caller's memory context (SPI
@@ -136,11 +158,11 @@ transform_prepare(SdpTransform *t, SdpInputSchema *schema, const char *sql, bool
 		{
 			Query	   *q = lfirst_node(Query, lc);
 
-			if (q->hasModifyingCTE || q->rowMarks != NIL)
+			if (q->hasModifyingCTE || locks_rows_walker((Node *) q, NULL))
 				ereport(ERROR,
 						(errcode(ERRCODE_WRONG_OBJECT_TYPE),
 						 errmsg("the transform must be a read-only SELECT query"),
-						 errdetail("Data-modifying WITH clauses and FOR UPDATE/SHARE are not allowed."),
+						 errdetail("Data-modifying WITH clauses and FOR UPDATE/SHARE, in the query or in any subquery, are not allowed."),
 						 errhint("The flow writes the transform's rows into its target itself.")));
 		}
 	}
