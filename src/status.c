@@ -14,6 +14,9 @@
 #include "fmgr.h"
 #include "funcapi.h"
 #include "miscadmin.h"
+#include "pgstat.h"
+#include "storage/proc.h"
+#include "storage/procarray.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/json.h"
@@ -47,6 +50,30 @@ text_or_null(const char *s, bool *isnull)
 }
 
 /*
+ * The kind of lock a running flow's worker is waiting for (e.g. "relation",
+ * "transactionid"), or NULL when it is not waiting for one: a flow blocked
+ * behind someone's lock shows 'waiting', not 'running'.  Reads the worker's
+ * published wait event, as pg_stat_activity does.
+ */
+static const char *
+worker_lock_wait(const SdpFlowSlot *copy)
+{
+	PGPROC	   *proc;
+	uint32		wait_event_info;
+
+	if (copy->pid == 0 ||
+		(copy->state != SDP_FLOW_RUNNING && copy->state != SDP_FLOW_RETRYING))
+		return NULL;
+	proc = BackendPidGetProc(copy->pid);
+	if (proc == NULL)
+		return NULL;
+	wait_event_info = *(volatile uint32 *) &proc->wait_event_info;
+	if ((wait_event_info & 0xFF000000) != PG_WAIT_LOCK)
+		return NULL;
+	return pgstat_get_wait_event(wait_event_info);
+}
+
+/*
  * sdp_flow_runtime(): one row per flow that has a worker slot, with what
  * its worker published.
  */
@@ -64,6 +91,7 @@ sdp_flow_runtime(PG_FUNCTION_ARGS)
 		Datum		values[RUNTIME_COLS];
 		bool		nulls[RUNTIME_COLS];
 		int			i = 0;
+		const char *lock_wait;
 
 		LWLockAcquire(SdpShmem->lock, LW_SHARED);
 		if (!SdpShmem->slots[s].in_use)
@@ -75,8 +103,9 @@ sdp_flow_runtime(PG_FUNCTION_ARGS)
 		LWLockRelease(SdpShmem->lock);
 
 		memset(nulls, 0, sizeof(nulls));
+		lock_wait = worker_lock_wait(copy);
 		values[i++] = CStringGetTextDatum(copy->name);
-		values[i++] = CStringGetTextDatum(sdp_flow_state_name(copy->state));
+		values[i++] = CStringGetTextDatum(lock_wait ? "waiting" : sdp_flow_state_name(copy->state));
 		values[i] = Int32GetDatum(copy->pid);
 		nulls[i++] = (copy->pid == 0);
 		values[i++] = Int64GetDatum(copy->messages_read);
@@ -92,7 +121,10 @@ sdp_flow_runtime(PG_FUNCTION_ARGS)
 		i++;
 		values[i] = timestamp_or_null(copy->broker_error_at, &nulls[i]);
 		i++;
-		values[i] = text_or_null(copy->last_error, &nulls[i]);
+		if (lock_wait && copy->last_error[0] == '\0')
+			values[i] = CStringGetTextDatum(psprintf("waiting for a lock (%s)", lock_wait));
+		else
+			values[i] = text_or_null(copy->last_error, &nulls[i]);
 		i++;
 		values[i] = timestamp_or_null(copy->last_error_at, &nulls[i]);
 		i++;

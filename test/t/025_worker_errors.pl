@@ -105,6 +105,19 @@ SdpTest::query($node, 'GRANT INSERT ON t_plain TO app; GRANT SELECT ON zones TO 
 ok(consumed_by_both(3), 'and commit once granted');
 SdpTest::assert_exactly_once($node, 't_plain', { 0 => 3 }, 'across two revocations');
 
+# 2b. Blocked behind someone's lock, a flow shows 'waiting', with the kind of lock.
+my $bg = $node->background_psql('postgres');
+$bg->query_safe('BEGIN; LOCK TABLE t_plain IN ACCESS EXCLUSIVE MODE');
+produce_one();
+ok(SdpTest::wait_for($node, "SELECT state = 'waiting' AND last_error = 'waiting for a lock (relation)' "
+	  . "FROM sdp.flow_status WHERE flow = 'plain'"),
+	'a flow waiting for a lock says so');
+$bg->query_safe('COMMIT');
+$bg->quit;
+ok(consumed_by_both(4), 'and goes on once the lock is released');
+is(SdpTest::query($node, "SELECT state || '|' || coalesce(last_error, '') FROM sdp.flow_status WHERE flow = 'plain'"),
+	'running|', 'running again');
+
 # 3. A declaration that fails when the worker loads it: the flow fails with
 # the reason, and nothing opened by the failed load is left behind.
 SdpTest::query($node, "SELECT sdp_stop_flow('zc'); SELECT sdp_stop_flow('plain')");
