@@ -68,6 +68,8 @@
  */
 #define SDP_PRUNE_BATCH_ROWS		10000
 #define SDP_PRUNE_BATCHES_PER_PASS	10
+/* How often a flow whose owner cannot log in is looked at again. */
+#define SDP_NOLOGIN_RETRY_MS		5000
 
 /* A flow as sdp.flows declares it, read at each reconciliation. */
 typedef struct WantedFlow
@@ -75,6 +77,8 @@ typedef struct WantedFlow
 	int64		id;
 	char		name[NAMEDATALEN];
 	Oid			owner;
+	char		owner_name[NAMEDATALEN];
+	bool		owner_can_login;	/* the worker logs in as the owner */
 	bool		wanted;			/* enabled and not failed */
 	bool		seen;
 } WantedFlow;
@@ -216,7 +220,7 @@ read_flows(int *nflows)
 	SPI_connect();
 	PushActiveSnapshot(GetTransactionSnapshot());
 	sdp_catalog_enter(&scope);
-	if (SPI_execute("SELECT f.id, f.name, f.enabled AND f.failed_at IS NULL, r.oid "
+	if (SPI_execute("SELECT f.id, f.name, f.enabled AND f.failed_at IS NULL, r.oid, f.owner, r.rolcanlogin "
 					"  FROM sdp.flows f LEFT JOIN pg_catalog.pg_roles r ON r.rolname = f.owner "
 					" ORDER BY f.id", true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read sdp.flows");
@@ -236,6 +240,8 @@ read_flows(int *nflows)
 		f->owner = DatumGetObjectId(SPI_getbinval(tup, desc, 4, &isnull));
 		if (isnull)
 			f->owner = InvalidOid;
+		strlcpy(f->owner_name, SPI_getvalue(tup, desc, 5), NAMEDATALEN);
+		f->owner_can_login = DatumGetBool(SPI_getbinval(tup, desc, 6, &isnull)) && !isnull;
 	}
 	*nflows = (int) SPI_processed;
 	PopActiveSnapshot();
@@ -254,6 +260,24 @@ start_worker(int slotno, WantedFlow *f)
 	TimestampTz now = GetCurrentTimestamp();
 	MemoryContext oldcxt;
 	bool		ok;
+
+	if (!f->owner_can_login)
+	{
+		/* its worker could not log in: say so, and look again in a while */
+		char	   *error = psprintf("the flow's owner \"%s\" cannot log in (NOLOGIN): a flow's worker logs in as its owner",
+									 f->owner_name);
+		TimestampTz next = TimestampTzPlusMilliseconds(now, SDP_NOLOGIN_RETRY_MS);
+
+		SpinLockAcquire(&slot->mutex);
+		slot->flow_id = f->id;
+		slot->state = SDP_FLOW_RESTARTING;
+		slot->next_start_at = next;
+		strlcpy(slot->last_error, error, SDP_ERROR_LEN);
+		slot->last_error_at = now;
+		SpinLockRelease(&slot->mutex);
+		slot_flow_ids[slotno] = f->id;
+		return;
+	}
 
 	memset(&worker, 0, sizeof(worker));
 	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;

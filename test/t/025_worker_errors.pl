@@ -150,4 +150,23 @@ SQL
 ok(SdpTest::wait_for($node, "SELECT last_error LIKE 'could not create Kafka consumer%' FROM sdp.flow_status WHERE flow = 'bad_ssl'"),
 	'a worker that cannot create its Kafka consumer says why in last_error');
 
+# 5. A flow whose owner can no longer log in says so, and starts once it can.
+SdpTest::query($node, <<"SQL");
+CREATE ROLE nolog LOGIN;
+CREATE TABLE t_nolog (seq bigint);
+GRANT INSERT ON t_nolog TO nolog;
+SET ROLE nolog;
+SELECT sdp_create_source('nolog_src', '$boot', 'bk', '{"starting_offsets": "earliest"}');
+SELECT sdp_create_flow('nolog_flow', 'nolog_src', 't_nolog', 'seq bigint', options => '{"mode": "append"}');
+SELECT sdp_stop_flow('nolog_flow');
+RESET ROLE;
+ALTER ROLE nolog NOLOGIN;
+SELECT sdp_start_flow('nolog_flow');
+SQL
+ok(SdpTest::wait_for($node, "SELECT state = 'restarting' AND last_error LIKE '%owner \"nolog\" cannot log in (NOLOGIN)%' "
+	  . "FROM sdp.flow_status WHERE flow = 'nolog_flow'"),
+	'a flow whose owner cannot log in says why it does not run');
+SdpTest::query($node, 'ALTER ROLE nolog LOGIN');
+ok(SdpTest::wait_for($node, "SELECT count(*) = $seq FROM t_nolog"), 'once it can, the flow runs and consumes the topic');
+
 done_testing();
