@@ -501,6 +501,7 @@ launcher_reconcile(void)
 		}
 	}
 
+	SdpShmem->nwaiting = 0;
 	for (int i = 0; i < nflows; i++)
 	{
 		WantedFlow *f = &flows[i];
@@ -511,6 +512,9 @@ launcher_reconcile(void)
 		s = sdp_slot_allocate(f->name);
 		if (s < 0)
 		{
+			/* sdp.flow_status shows it waiting, with the reason */
+			if (SdpShmem->nwaiting < SDP_MAX_WAITING)
+				strlcpy(SdpShmem->waiting[SdpShmem->nwaiting++], f->name, NAMEDATALEN);
 			if (!warned_max_flows)
 				ereport(WARNING,
 						(errmsg("sdp flow \"%s\" cannot start: all %d flow slots are in use",

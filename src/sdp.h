@@ -44,6 +44,8 @@
 /* Upper bound on partitions of one flow's topic shown in shared memory. */
 #define SDP_MAX_PARTITIONS		1024
 #define SDP_ERROR_LEN			512
+/* Flows waiting for a free slot (past sdp.max_flows) that sdp.flow_status names. */
+#define SDP_MAX_WAITING			64
 
 /* GUCs (sdp_main.c) */
 extern char *sdp_database;
@@ -177,6 +179,9 @@ typedef struct SdpShared
 	pid_t		launcher_pid;
 	Latch	   *launcher_latch; /* the launcher's PGPROC latch, or NULL */
 	int			max_flows;
+	/* guarded by lock: enabled flows the launcher found no free slot for (the first SDP_MAX_WAITING) */
+	int			nwaiting;
+	char		waiting[SDP_MAX_WAITING][NAMEDATALEN];
 	SdpFlowSlot slots[FLEXIBLE_ARRAY_MEMBER];
 } SdpShared;
 

@@ -74,8 +74,45 @@ worker_lock_wait(const SdpFlowSlot *copy)
 }
 
 /*
+ * The rows of enabled flows that have no slot because sdp.max_flows flows
+ * run already: 'waiting', with the reason.
+ */
+static void
+runtime_waiting_rows(ReturnSetInfo *rsinfo)
+{
+	char		(*names)[NAMEDATALEN] = palloc(sizeof(char[NAMEDATALEN]) * SDP_MAX_WAITING);
+	int			n;
+	char	   *reason = psprintf("all %d flow slots are in use (sdp.max_flows): the flow starts when one is free",
+								  SdpShmem->max_flows);
+
+	LWLockAcquire(SdpShmem->lock, LW_SHARED);
+	n = SdpShmem->nwaiting;
+	memcpy(names, SdpShmem->waiting, sizeof(char[NAMEDATALEN]) * n);
+	LWLockRelease(SdpShmem->lock);
+
+	for (int w = 0; w < n; w++)
+	{
+		Datum		values[RUNTIME_COLS];
+		bool		nulls[RUNTIME_COLS];
+
+		for (int c = 0; c < RUNTIME_COLS; c++)
+		{
+			values[c] = (Datum) 0;
+			nulls[c] = true;
+		}
+		values[0] = CStringGetTextDatum(names[w]);
+		nulls[0] = false;
+		values[1] = CStringGetTextDatum("waiting");
+		nulls[1] = false;
+		values[13] = CStringGetTextDatum(reason);	/* last_error */
+		nulls[13] = false;
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+}
+
+/*
  * sdp_flow_runtime(): one row per flow that has a worker slot, with what
- * its worker published.
+ * its worker published, and one per enabled flow waiting for a slot.
  */
 Datum
 sdp_flow_runtime(PG_FUNCTION_ARGS)
@@ -143,6 +180,7 @@ sdp_flow_runtime(PG_FUNCTION_ARGS)
 		Assert(i == RUNTIME_COLS);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
+	runtime_waiting_rows(rsinfo);
 	return (Datum) 0;
 }
 
