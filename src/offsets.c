@@ -11,6 +11,18 @@
  * then stored at once so a restart before the first message resumes from
  * the same place.
  *
+ * From version 0.2, sdp.flows.offsets_stored says that the flow has stored
+ * offsets once (set in the same transaction as its first ones).  A flow
+ * that has, but has no sdp.offsets row at all, was restored from a dump
+ * whose sdp.offsets is not back yet (pg_dump restores sdp.flows first): its
+ * worker waits for them instead of starting the topic over.  A partition
+ * that has no row while others have one is a partition added to the topic:
+ * it starts from starting_offsets.  And no flow starts before the restore
+ * has set sdp.flows_id_seq, which pg_dump does after all table data
+ * (restore_pending): its state and its target's rows are back by then.  On
+ * a 0.1 catalog (the binary replaced, ALTER EXTENSION UPDATE not run yet)
+ * there is no such column and only the sequence is waited for.
+ *
  * The slot in shared memory shows the assigned partitions, their committed
  * offsets and the broker's high watermarks (for lag in sdp.flow_status).
  */
@@ -18,6 +30,7 @@
 
 #include "catalog/pg_type.h"
 #include "utils/array.h"
+#include "utils/backend_status.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
 
@@ -160,6 +173,127 @@ sdp_publish_high_watermarks(FlowWorker *w)
 }
 
 /*
+ * Whether the flow has stored offsets before (sdp.flows.offsets_stored), and
+ * in *has_flag whether the catalog has that column (0.2 and later).  In a
+ * catalog scope, with SPI connected.
+ */
+static bool
+flow_offsets_stored(FlowWorker *w, bool *has_flag)
+{
+	Oid			argtypes[1] = {INT8OID};
+	Datum		values[1] = {Int64GetDatum(w->args.flow_id)};
+	bool		isnull;
+	int			rc;
+
+	rc = SPI_execute("SELECT 1 FROM pg_catalog.pg_attribute "
+					 "WHERE attrelid = 'sdp.flows'::pg_catalog.regclass "
+					 "AND attname = 'offsets_stored' AND NOT attisdropped",
+					 true, 0);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "could not read the catalog of sdp.flows: %s", SPI_result_code_string(rc));
+	*has_flag = (SPI_processed > 0);
+	if (!*has_flag)
+		return false;
+	rc = SPI_execute_with_args("SELECT offsets_stored FROM sdp.flows WHERE id = $1",
+							   1, argtypes, values, NULL, true, 0);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "could not read flow \"%s\": %s", w->args.name, SPI_result_code_string(rc));
+	if (SPI_processed == 0)
+		return false;			/* dropped meanwhile: storing its offsets will say so */
+	return DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)) && !isnull;
+}
+
+/*
+ * Why the flow must wait for a restore to finish before it starts, or NULL.
+ * In a catalog scope, with SPI connected.
+ *
+ * A flow that has stored offsets (offsets_stored) but has no sdp.offsets
+ * row at all was restored without them, or before them: starting from
+ * starting_offsets would read the topic again.  And no flow starts before
+ * the restore has set sdp.flows_id_seq: pg_dump's sequence values come after
+ * all table data, so by then its offsets, its state (sdp.state_checkpoints)
+ * and its target's rows are back; a flow that wrote into its target before
+ * the target's own rows were copied back would make the restore duplicate
+ * them.  On a running server the sequence has always handed out the flow's
+ * id, so this never waits there; it also holds for a dump taken on 0.1,
+ * which has no offsets_stored.
+ */
+static const char *
+restore_pending(FlowWorker *w)
+{
+	Oid			argtypes[1] = {INT8OID};
+	Datum		values[1] = {Int64GetDatum(w->args.flow_id)};
+	bool		has_flag;
+	bool		isnull;
+	int			rc;
+
+	if (flow_offsets_stored(w, &has_flag))
+	{
+		rc = SPI_execute_with_args("SELECT 1 FROM sdp.offsets WHERE flow_id = $1 LIMIT 1",
+								   1, argtypes, values, NULL, true, 0);
+		if (rc != SPI_OK_SELECT)
+			elog(ERROR, "could not read sdp.offsets: %s", SPI_result_code_string(rc));
+		if (SPI_processed == 0)
+			return "waiting for its stored offsets: restored without sdp.offsets?";
+	}
+	rc = SPI_execute_with_args("SELECT is_called AND last_value >= $1 FROM sdp.flows_id_seq",
+							   1, argtypes, values, NULL, true, 0);
+	if (rc != SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "could not read sdp.flows_id_seq: %s", SPI_result_code_string(rc));
+	if (!DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)))
+		return "waiting for the restore to finish (sdp.flows_id_seq is not restored yet): "
+			"pg_dump sets it after all table data";
+	return NULL;
+}
+
+/*
+ * Wait, re-checking every second and responsive to stop requests, while a
+ * restore of the flow is incomplete (restore_pending), saying why in
+ * sdp.flow_status.last_error.  Runs outside any transaction.
+ */
+void
+sdp_wait_for_restore(FlowWorker *w)
+{
+	SdpCatalogScope scope;
+	const char *shown = NULL;
+
+	for (;;)
+	{
+		const char *reason;
+
+		sdp_start_transaction();
+		SPI_connect();
+		PushActiveSnapshot(GetTransactionSnapshot());
+		sdp_catalog_enter(&scope);
+		reason = restore_pending(w);
+		sdp_catalog_leave(&scope);
+		PopActiveSnapshot();
+		SPI_finish();
+		CommitTransactionCommand();
+		if (reason == NULL)
+			break;
+		if (reason != shown)	/* one of restore_pending's constant texts */
+		{
+			ereport(LOG,
+					(errmsg("sdp flow \"%s\" is %s", w->args.name, reason),
+					 errhint("If its offsets are really gone, drop and re-create the flow.")));
+			sdp_worker_set_error(w, reason);
+			shown = reason;
+		}
+		pgstat_report_activity(STATE_IDLE, "sdp: waiting for the flow's restore");
+		sdp_worker_wait(w, 1000);
+	}
+	if (shown != NULL)
+	{
+		ereport(LOG, (errmsg("sdp flow \"%s\" found its stored offsets", w->args.name)));
+		SpinLockAcquire(&w->slot->mutex);
+		w->slot->last_error[0] = '\0';
+		w->slot->last_error_at = 0;
+		SpinLockRelease(&w->slot->mutex);
+	}
+}
+
+/*
  * Start consuming new partitions (all of them at start): from the offsets
  * committed in sdp.offsets, else from the topic's start or end
  * (starting_offsets), which are then stored at once.  Runs outside any
@@ -178,17 +312,26 @@ sdp_assign_partitions(FlowWorker *w, int n, int32 *partitions)
 	Oid			argtypes[1] = {INT8OID};
 	Datum		values[1] = {Int64GetDatum(w->args.flow_id)};
 	SdpCatalogScope scope;
+	bool		has_flag = false;
+	bool		stored = false;
+	uint64		nrows;
+	int			rc;
+
+	/* a restore of the flow may not be complete yet: its offsets (and state) first */
+	sdp_wait_for_restore(w);
 
 	sdp_start_transaction();
 	SPI_connect();
 	PushActiveSnapshot(GetTransactionSnapshot());
 
 	sdp_catalog_enter(&scope);
+	stored = flow_offsets_stored(w, &has_flag);
 	/* a stateful flow resumes where its checkpointed state was taken */
 	SPI_execute_with_args(w->op ? "SELECT partition, coalesce(state_offset, next_offset) FROM sdp.offsets WHERE flow_id = $1"
 						  : "SELECT partition, next_offset FROM sdp.offsets WHERE flow_id = $1",
 						  1, argtypes, values, NULL, true, 0);
 	sdp_catalog_leave(&scope);
+	nrows = SPI_processed;
 
 	for (int i = 0; i < n; i++)
 	{
@@ -223,6 +366,21 @@ sdp_assign_partitions(FlowWorker *w, int n, int32 *partitions)
 	}
 	if (nfresh > 0)
 		sdp_store_offsets(w, nfresh, fresh, fresh_off, true);
+	if (has_flag && !stored && (nfresh > 0 || nrows > 0))
+	{
+		/*
+		 * In the same transaction as the flow's first offsets (or with the
+		 * next assignment, for offsets stored on a 0.1 catalog that the
+		 * update did not see).
+		 */
+		sdp_catalog_enter(&scope);
+		rc = SPI_execute_with_args("UPDATE sdp.flows SET offsets_stored = true WHERE id = $1",
+								   1, argtypes, values, NULL, false, 0);
+		sdp_catalog_leave(&scope);
+		if (rc != SPI_OK_UPDATE)
+			elog(ERROR, "could not mark the offsets of flow \"%s\" stored: %s",
+				 w->args.name, SPI_result_code_string(rc));
+	}
 
 	PopActiveSnapshot();
 	SPI_finish();

@@ -440,6 +440,8 @@ worker_open_source(FlowWorker *w)
 	}
 	sdp_worker_set_broker(w, true, NULL);
 	MemoryContextSwitchTo(oldcxt);
+	/* a restored flow's offsets and state first (a stateful flow reads its state now) */
+	sdp_wait_for_restore(w);
 	if (w->op)
 		sdp_stateful_restore(w);
 	sdp_assign_partitions(w, n, partitions);

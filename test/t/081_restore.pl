@@ -1,0 +1,158 @@
+# A restore never starts a flow before its offsets are back (issue 11, item
+# 1).  pg_dump restores sdp.flows before sdp.offsets: a flow that has
+# stored offsets (sdp.flows.offsets_stored) and finds none waits for them,
+# saying so in sdp.flow_status.last_error, instead of reading the topic
+# again from starting_offsets; then COPY sdp.offsets does not fail, and the
+# flow resumes where the dump left it.  A stateful flow also waits for its
+# state, which pg_dump restores after sdp.offsets (sdp.state_checkpoints).
+# The dump is restored into a fresh server in three parts split just before
+# COPY sdp.offsets and COPY sdp.state_checkpoints, a few seconds apart,
+# while the broker still holds the topics.
+use strict;
+use warnings FATAL => 'all';
+use lib 'test/perl';
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use SdpKafka;
+use SdpTest;
+use Test::More;
+
+my $broker = SdpKafka::start_broker(topics => { 'raw-flights' => 4, 'zflights' => 2 });
+my $src = SdpTest::new_node('dumped');
+SdpTest::create_source($src, 'flights', $broker, 'raw-flights', '{"starting_offsets": "earliest"}');
+SdpTest::create_source($src, 'zflights', $broker, 'zflights', '{"starting_offsets": "earliest"}');
+SdpTest::query($src, <<'SQL');
+CREATE TABLE events (seq bigint, icao24 text, kafka_partition int, kafka_offset bigint);
+SELECT sdp_create_flow('events_flow', 'flights', 'events', 'seq bigint, icao24 text',
+  options => '{"mode": "append"}');
+CREATE TABLE zones (zone text PRIMARY KEY, min_lat float8, max_lat float8, min_lon float8, max_lon float8, capacity int);
+INSERT INTO zones VALUES ('Z', 10, 11, 10, 11, 3);
+-- append mode: the restore adds a target's primary key only after all data (see the README)
+CREATE TABLE zone_log (zone text, aircraft_count bigint, crowded boolean, updated_at timestamptz);
+SELECT sdp_create_flow('zone_flow', source => 'zflights', target => 'zone_log',
+  schema    => 'icao24 text, lat float8, lon float8',
+  transform => $$SELECT z.zone, i.icao24, z.capacity FROM input i
+                 JOIN zones z ON i.lat BETWEEN z.min_lat AND z.max_lat
+                             AND i.lon BETWEEN z.min_lon AND z.max_lon$$,
+  operator  => 'active_count',
+  options   => '{"key": "zone", "member": "icao24", "ttl": "1 hour",
+                 "capacity_column": "capacity", "count_column": "aircraft_count",
+                 "alert_column": "crowded", "time_column": "updated_at", "checkpoint_interval": "200 ms",
+                 "mode": "append"}');
+SQL
+
+sub position { my ($icao, $lat, $lon) = @_; return [ $icao, qq({"icao24": "$icao", "lat": $lat, "lon": $lon}), undef ] }
+SdpKafka::kcat_produce(bootstrap => $broker->bootstrap, topic => 'zflights',
+	messages => [ map { position($_, 10.5, 10.5) } qw(a1 a2 a3) ]);
+ok($src->poll_query_until('postgres', "SELECT max(aircraft_count) = 3 FROM zone_log WHERE zone = 'Z'"),
+	'zone counts 3');
+# the counts emitted so far (one per batch that changed the count: 3, or 1,2,3, ...)
+my $zone_before = SdpTest::query($src,
+	"SELECT string_agg(aircraft_count::text, ',' ORDER BY aircraft_count) FROM zone_log WHERE zone = 'Z'");
+ok($src->poll_query_until('postgres',
+		"SELECT count(*) = 1 FROM sdp.state_checkpoints c JOIN sdp.flows f ON f.id = c.flow_id "
+		  . "WHERE f.name = 'zone_flow' AND c.key = 'Z' AND "
+		  . "(SELECT sum(state_offset) FROM sdp.offsets WHERE flow_id = f.id) = 3"),
+	'the zone state is checkpointed');
+
+my $n = 10000;
+my $report1 = SdpKafka::run_flightsim(bootstrap => $broker->bootstrap, topic => 'raw-flights',
+	args => [ '--count', $n, '--rate', 0, '--seed', 7, '--aircraft', 100 ]);
+is($report1->{delivered}, $n, "producer delivered $n");
+ok(SdpTest::wait_consumed($src, 'events_flow', $n), "the flow committed $n messages");
+is(SdpTest::query($src, "SELECT offsets_stored FROM sdp.flows WHERE name = 'events_flow'"), 't',
+	'the flow has stored offsets');
+
+# dump, then stop the dumped server: only the restored one runs the flow
+my $bindir = $src->config_data('--bindir');
+my $dump = $PostgreSQL::Test::Utils::tmp_check . '/restore.sql';
+command_ok([ "$bindir/pg_dump", '-Fp', '-h', $src->host, '-p', $src->port, '-f', $dump, 'postgres' ],
+	'pg_dump');
+$src->stop;
+
+# three parts: everything before COPY sdp.offsets, up to COPY
+# sdp.state_checkpoints, and the rest; each part gets the header's settings
+# (and pg_dump's \restrict, \unrestrict where it has them)
+open my $fh, '<', $dump or die "$dump: $!";
+my @lines = <$fh>;
+close $fh;
+my ($split) = grep { $lines[$_] =~ /^COPY sdp\.offsets / } 0 .. $#lines;
+ok(defined $split, 'the dump has COPY sdp.offsets');
+my ($split2) = grep { $lines[$_] =~ /^COPY sdp\.state_checkpoints / } 0 .. $#lines;
+ok(defined $split2, 'the dump has COPY sdp.state_checkpoints');
+my ($flows_at) = grep { $lines[$_] =~ /^COPY sdp\.flows / } 0 .. $#lines;
+ok(defined $flows_at && $flows_at < $split && $split < $split2,
+	'the dump restores sdp.flows, then sdp.offsets, then sdp.state_checkpoints');
+diag('dump order: ' . join(', ', map { /^COPY (\S+)/ ? $1 : () } @lines));
+my $head = join('', grep { /^(SET |SELECT pg_catalog\.set_config|\\restrict )/ } @lines[ 0 .. $split - 1 ]);
+my $tail = join('', grep { /^\\unrestrict / } @lines);
+my ($part1, $part2, $part3) = map { $PostgreSQL::Test::Utils::tmp_check . "/restore.$_.sql" } 1, 2, 3;
+PostgreSQL::Test::Utils::append_to_file($part1, join('', @lines[ 0 .. $split - 1 ]) . $tail);
+PostgreSQL::Test::Utils::append_to_file($part2, $head . join('', @lines[ $split .. $split2 - 1 ]) . $tail);
+PostgreSQL::Test::Utils::append_to_file($part3, $head . join('', @lines[ $split2 .. $#lines ]));
+
+# a fresh server with sdp_ext preloaded; CREATE EXTENSION comes from the dump
+my $dst = PostgreSQL::Test::Cluster->new('restored');
+$dst->init;
+$dst->append_conf('postgresql.conf', <<'EOC');
+shared_preload_libraries = 'sdp_ext'
+sdp.database = 'postgres'
+sdp.launcher_naptime = '200ms'
+max_worker_processes = 32
+EOC
+$dst->start;
+
+sub restore_part ($$)
+{
+	my ($file, $label) = @_;
+	my ($stdout, $stderr);
+	my $ok = IPC::Run::run([ "$bindir/psql", '-X', '-q', '-v', 'ON_ERROR_STOP=1',
+			'-h', $dst->host, '-p', $dst->port, '-d', 'postgres', '-f', $file ],
+		'<', \undef, '>', \$stdout, '2>', \$stderr);
+	ok($ok, "$label restored");
+	is($stderr, '', "$label: no error");
+}
+
+restore_part($part1, 'part 1 (up to sdp.offsets)');
+ok($dst->poll_query_until('postgres',
+		"SELECT count(*) = 2 FROM sdp.flow_status WHERE last_error = 'waiting for its stored offsets: restored without sdp.offsets?'"),
+	'without their offsets the flows wait, and say why');
+sleep 3;
+is(SdpTest::query($dst, "SELECT count(*) FROM sdp.offsets"), '0', 'they stored no offsets of their own meanwhile');
+is(SdpTest::query($dst, "SELECT count(*) FROM events"), $n, "the target holds the dumped $n rows, no more");
+restore_part($part2, 'part 2 (sdp.offsets)');
+
+ok($dst->poll_query_until('postgres',
+		"SELECT state = 'running' AND last_error IS NULL AND partitions IS NOT NULL FROM sdp.flow_status WHERE flow = 'events_flow'"),
+	'with its offsets back, the append flow runs and the waiting reason is gone');
+ok($dst->poll_query_until('postgres',
+		"SELECT last_error LIKE 'waiting for the restore to finish %' FROM sdp.flow_status WHERE flow = 'zone_flow'"),
+	'the stateful flow waits for its state, and says why');
+sleep 2;
+is(SdpTest::query($dst, "SELECT count(*) FROM sdp.state_checkpoints"), '0',
+	'it checkpointed no state of its own meanwhile');
+restore_part($part3, 'part 3 (sdp.state_checkpoints and the rest)');
+ok($dst->poll_query_until('postgres',
+		"SELECT state = 'running' AND last_error IS NULL AND partitions IS NOT NULL FROM sdp.flow_status WHERE flow = 'zone_flow'"),
+	'with its state back, the stateful flow runs');
+SdpKafka::kcat_produce(bootstrap => $broker->bootstrap, topic => 'zflights',
+	messages => [ map { position($_, 10.5, 10.5) } qw(a4 a1) ]);
+ok($dst->poll_query_until('postgres', "SELECT (" . SdpTest::consumed_sql('zone_flow') . ") = 5"),
+	'the restored stateful flow consumed the new messages');
+ok($dst->poll_query_until('postgres',
+		"SELECT string_agg(aircraft_count::text, ',' ORDER BY aircraft_count) = '$zone_before,4' FROM zone_log WHERE zone = 'Z'"),
+	"the restored zone counts on from its state: $zone_before (before the dump) then 4, nothing counted twice");
+
+my $report2 = SdpKafka::run_flightsim(bootstrap => $broker->bootstrap, topic => 'raw-flights',
+	args => [ '--count', 5000, '--rate', 0, '--seed', 8, '--aircraft', 100, '--seq-start', $n ]);
+is($report2->{delivered}, 5000, 'producer delivered 5,000 more');
+my %per_partition;
+$per_partition{$_} += $report1->{partitions}{$_} for keys %{ $report1->{partitions} };
+$per_partition{$_} += $report2->{partitions}{$_} for keys %{ $report2->{partitions} };
+ok(SdpTest::wait_consumed($dst, 'events_flow', $n + 5000), 'the restored flow consumed the new messages');
+SdpTest::assert_exactly_once($dst, 'events', \%per_partition, 'restored target');
+is(SdpTest::query($dst, "SELECT count(*) FROM sdp.dead_letters"), '0', 'nothing dead-lettered');
+is(SdpTest::query($dst, "SELECT string_agg(aircraft_count::text, ',' ORDER BY aircraft_count) FROM zone_log WHERE zone = 'Z'"),
+	"$zone_before,4", "zone counts still $zone_before,4");
+
+done_testing();
