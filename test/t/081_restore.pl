@@ -1,10 +1,11 @@
-# A restore never starts a flow before its offsets are back (issue 11, item
-# 1).  pg_dump restores sdp.flows before sdp.offsets: a flow that has
+# A restore never starts a flow before its offsets are back, nor before the
+# restore has finished its data (issue 11, item 1).  pg_dump restores sdp.flows before sdp.offsets: a flow that has
 # stored offsets (sdp.flows.offsets_stored) and finds none waits for them,
 # saying so in sdp.flow_status.last_error, instead of reading the topic
 # again from starting_offsets; then COPY sdp.offsets does not fail, and the
-# flow resumes where the dump left it.  A stateful flow also waits for its
-# state, which pg_dump restores after sdp.offsets (sdp.state_checkpoints).
+# flow resumes where the dump left it.  And every flow waits until the
+# restore has set sdp.flows_id_seq, which pg_dump does after all table data:
+# a stateful flow's state (sdp.state_checkpoints) comes after sdp.offsets.
 # The dump is restored into a fresh server in three parts split just before
 # COPY sdp.offsets and COPY sdp.state_checkpoints, a few seconds apart,
 # while the broker still holds the topics.
@@ -122,19 +123,20 @@ is(SdpTest::query($dst, "SELECT count(*) FROM sdp.offsets"), '0', 'they stored n
 is(SdpTest::query($dst, "SELECT count(*) FROM events"), $n, "the target holds the dumped $n rows, no more");
 restore_part($part2, 'part 2 (sdp.offsets)');
 
+# with their offsets back, they still wait for the rest of the restore (its
+# sequence values come after all table data: the stateful flow's state, and
+# any target whose rows come later in the dump)
 ok($dst->poll_query_until('postgres',
-		"SELECT state = 'running' AND last_error IS NULL AND partitions IS NOT NULL FROM sdp.flow_status WHERE flow = 'events_flow'"),
-	'with its offsets back, the append flow runs and the waiting reason is gone');
-ok($dst->poll_query_until('postgres',
-		"SELECT last_error LIKE 'waiting for the restore to finish %' FROM sdp.flow_status WHERE flow = 'zone_flow'"),
-	'the stateful flow waits for its state, and says why');
+		"SELECT count(*) = 2 FROM sdp.flow_status WHERE last_error LIKE 'waiting for the restore to finish %'"),
+	'with their offsets back, both flows wait for the restore to finish, and say why');
 sleep 2;
 is(SdpTest::query($dst, "SELECT count(*) FROM sdp.state_checkpoints"), '0',
-	'it checkpointed no state of its own meanwhile');
+	'the stateful flow checkpointed no state of its own meanwhile');
+is(SdpTest::query($dst, "SELECT count(*) FROM events"), $n, "the target still holds the dumped $n rows, no more");
 restore_part($part3, 'part 3 (sdp.state_checkpoints and the rest)');
 ok($dst->poll_query_until('postgres',
-		"SELECT state = 'running' AND last_error IS NULL AND partitions IS NOT NULL FROM sdp.flow_status WHERE flow = 'zone_flow'"),
-	'with its state back, the stateful flow runs');
+		"SELECT count(*) = 2 FROM sdp.flow_status WHERE state = 'running' AND last_error IS NULL AND partitions IS NOT NULL"),
+	'once the restore is done, both flows run');
 SdpKafka::kcat_produce(bootstrap => $broker->bootstrap, topic => 'zflights',
 	messages => [ map { position($_, 10.5, 10.5) } qw(a4 a1) ]);
 ok($dst->poll_query_until('postgres', "SELECT (" . SdpTest::consumed_sql('zone_flow') . ") = 5"),
