@@ -14,3 +14,68 @@ UPDATE sdp.flows f SET offsets_stored = true
 -- The launcher deletes dead letters older than sdp.dead_letter_retention in
 -- batches: by this index, not by scanning the table.
 CREATE INDEX dead_letters_created_at ON sdp.dead_letters (created_at);
+
+-- Error texts only to the owner's roles (issue 11, item 4) -----------------
+-- A flow's last_error quotes the values of the message it failed on.  As
+-- pg_stat_activity does with query texts, every role sees every flow, but
+-- only the owner's roles, pg_read_all_stats and superusers read its error
+-- texts; others read '<insufficient privilege>' where there is one.
+-- sdp_flow_runtime() masks the running workers' errors itself; the error of
+-- a failed flow is kept in sdp.flows.last_error, whose column is no longer
+-- readable by PUBLIC.
+REVOKE SELECT ON sdp.flows FROM PUBLIC;
+GRANT SELECT (id, name, source, target, schema, transform, operator, options, owner,
+              enabled, failed_at, watermark, created_at, offsets_stored)
+   ON sdp.flows TO PUBLIC;
+
+CREATE OR REPLACE VIEW sdp.flow_status AS
+SELECT f.name AS flow,
+       f.owner,
+       f.source,
+       s.topic,
+       f.target,
+       f.operator,
+       CASE WHEN f.failed_at IS NOT NULL THEN 'failed'
+            WHEN NOT f.enabled THEN CASE WHEN r.pid IS NOT NULL THEN 'stopping' ELSE 'stopped' END
+            ELSE coalesce(r.state, 'starting')
+       END AS state,
+       r.pid,
+       p.lag,
+       p.partitions,
+       coalesce(r.messages_read, 0) AS messages_read,
+       coalesce(r.rows_written, 0) AS rows_written,
+       coalesce(r.rows_filtered, 0) AS rows_filtered,
+       coalesce(r.rows_dead_lettered, 0) AS rows_dead_lettered,
+       coalesce(r.rows_skipped, 0) AS rows_skipped,
+       coalesce(r.batches, 0) AS batches,
+       r.last_commit_at,
+       r.broker_ok,
+       r.broker_error,
+       r.broker_error_at,
+       CASE WHEN f.failed_at IS NULL THEN r.last_error
+            WHEN pg_has_role(f.owner, 'USAGE') OR pg_has_role('pg_read_all_stats', 'USAGE') THEN f.last_error
+            ELSE '<insufficient privilege>'
+       END AS last_error,
+       CASE WHEN f.failed_at IS NOT NULL THEN f.failed_at ELSE r.last_error_at END AS last_error_at,
+       r.started_at,
+       coalesce(r.restarts, 0) AS restarts,
+       r.state_bytes,
+       r.timers_fired,
+       r.last_checkpoint_at,
+       coalesce(r.rows_late, 0) AS rows_late,
+       r.watermark
+  FROM sdp.flows f
+  JOIN sdp.sources s ON s.name = f.source
+  LEFT JOIN sdp_flow_runtime() r ON r.flow = f.name
+  LEFT JOIN LATERAL (
+        -- a running worker knows its offsets best (a stateful flow stores them at checkpoints)
+        SELECT sum(greatest(rp.high_watermark - coalesce(rp.committed_offset, o.next_offset), 0)) AS lag,
+               jsonb_agg(jsonb_build_object(
+                   'partition', o.partition,
+                   'committed_offset', coalesce(rp.committed_offset, o.next_offset),
+                   'high_watermark', rp.high_watermark,
+                   'lag', greatest(rp.high_watermark - coalesce(rp.committed_offset, o.next_offset), 0))
+                         ORDER BY o.partition) AS partitions
+          FROM sdp.offsets o
+          LEFT JOIN sdp_flow_partitions(f.name) rp ON rp.partition = o.partition
+         WHERE o.flow_id = f.id) p ON true;

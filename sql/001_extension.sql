@@ -24,6 +24,9 @@ SELECT c::regclass AS dumped
 SELECT has_table_privilege('public', 'sdp.sources', 'SELECT') AS public_reads_sources,
        has_table_privilege('public', 'sdp.source_list', 'SELECT') AS public_reads_source_list,
        has_table_privilege('public', 'sdp.flows', 'SELECT') AS public_reads_flows;
+-- flows are listed to all, their error texts (which quote messages) are not
+SELECT has_column_privilege('public', 'sdp.flows', 'name', 'SELECT') AS public_reads_flow_names,
+       has_column_privilege('public', 'sdp.flows', 'last_error', 'SELECT') AS public_reads_flow_errors;
 
 -- GUCs
 SHOW sdp.database;

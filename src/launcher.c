@@ -270,6 +270,7 @@ start_worker(int slotno, WantedFlow *f)
 
 		SpinLockAcquire(&slot->mutex);
 		slot->flow_id = f->id;
+		slot->owner = f->owner;
 		slot->state = SDP_FLOW_RESTARTING;
 		slot->next_start_at = next;
 		strlcpy(slot->last_error, error, SDP_ERROR_LEN);
@@ -305,6 +306,7 @@ start_worker(int slotno, WantedFlow *f)
 	SpinLockAcquire(&slot->mutex);
 	slot->generation++;
 	slot->flow_id = f->id;
+	slot->owner = f->owner;
 	slot->stop_requested = false;
 	slot->registered_at = now;
 	slot->exit_expected = false;

@@ -44,6 +44,8 @@
 /* Upper bound on partitions of one flow's topic shown in shared memory. */
 #define SDP_MAX_PARTITIONS		1024
 #define SDP_ERROR_LEN			512
+/* what other roles see in place of a flow's error text (as in pg_stat_activity) */
+#define SDP_INSUFFICIENT_PRIVILEGE	"<insufficient privilege>"
 /* Flows waiting for a free slot (past sdp.max_flows) that sdp.flow_status names. */
 #define SDP_MAX_WAITING			64
 
@@ -131,6 +133,7 @@ typedef struct SdpFlowSlot
 	SdpFlowState state;
 	pid_t		pid;			/* worker pid, 0 when none */
 	int64		flow_id;		/* sdp.flows.id of the flow the launcher started */
+	Oid			owner;			/* the flow's owner: who may read last_error */
 	bool		stop_requested; /* the launcher asks the worker to exit (SetLatch on latch) */
 	uint64		generation;		/* bumped on each worker start */
 	TimestampTz registered_at;

@@ -111,6 +111,22 @@ runtime_waiting_rows(ReturnSetInfo *rsinfo)
 }
 
 /*
+ * Whether the current role may read what a flow's worker saw of its data:
+ * its error texts quote the messages' values.  The rule of pg_stat_activity's
+ * query texts: the owner's roles, pg_read_all_stats, superusers.  Others
+ * see that there is an error, not what it says.
+ */
+static bool
+may_read_flow_errors(Oid owner)
+{
+	Oid			me = GetUserId();
+
+	return superuser() ||
+		(OidIsValid(owner) && has_privs_of_role(me, owner)) ||
+		has_privs_of_role(me, ROLE_PG_READ_ALL_STATS);
+}
+
+/*
  * sdp_flow_runtime(): one row per flow that has a worker slot, with what
  * its worker published, and one per enabled flow waiting for a slot.
  */
@@ -160,6 +176,8 @@ sdp_flow_runtime(PG_FUNCTION_ARGS)
 		i++;
 		if (lock_wait && copy->last_error[0] == '\0')
 			values[i] = CStringGetTextDatum(psprintf("waiting for a lock (%s)", lock_wait));
+		else if (copy->last_error[0] != '\0' && !may_read_flow_errors(copy->owner))
+			values[i] = CStringGetTextDatum(SDP_INSUFFICIENT_PRIVILEGE);
 		else
 			values[i] = text_or_null(copy->last_error, &nulls[i]);
 		i++;
