@@ -12,6 +12,11 @@
 #   A.so, B.so   two builds of sdp_ext.so (same SQL surface), e.g. the
 #                current tree's and one built from an earlier commit
 #   RUNS         runs of each (default 5); EVENTS per run (default 200000)
+#   AB_MODE=append  writes in append mode instead of upsert (every event is
+#                a new aircraft either way): a faster flow, which drains a
+#                backlog faster than librdkafka refills its queue
+#   AB_SOURCE_OPTIONS='{"queued.min.messages": "5000"}'  more properties of
+#                the source (jsonb), e.g. a small local queue
 # Measures the enrich flow of examples/flights.sql (upsert, every event a
 # new aircraft) and, once, COPY of the same rows into the same table.
 # Prints per-run figures and the medians; nothing is asserted.
@@ -20,6 +25,7 @@ cd "$(dirname "$0")/.."
 . scripts/common.sh
 
 a=$(readlink -f "$1"); b=$(readlink -f "$2"); runs=${3:-5}; n=${4:-200000}
+mode=${AB_MODE:-upsert}
 port=${BENCH_PORT:-5491}
 sdp_install_packages bc
 sdp_build_install
@@ -69,10 +75,10 @@ start_with "$a"
 sql -c 'CREATE EXTENSION sdp_ext'
 sed -n '/^CREATE TABLE zones/,/^SELECT sdp_create_source/p' examples/flights.sql | sed '$d' | sql >/dev/null
 transform=$(sed -n '/^  transform => \$\$$/,/\$\$,$/p' examples/flights.sql | sed '1s/^  transform => \$\$//; $s/\$\$,$//')
-sql -c "SELECT sdp_create_source('ab', '$boot', 'ab', '{\"starting_offsets\": \"earliest\"}')" >/dev/null
+sql -c "SELECT sdp_create_source('ab', '$boot', 'ab', '{\"starting_offsets\": \"earliest\"}'::jsonb || '${AB_SOURCE_OPTIONS:-{\}}')" >/dev/null
 stop_pg
 
-declare -A us
+declare -A us rate
 for i in $(seq "$runs"); do
   for label in A B; do
     so=$a; [ $label = B ] && so=$b
@@ -83,17 +89,26 @@ CREATE TABLE pos_ab (LIKE positions INCLUDING ALL);
 SELECT sdp_create_flow('ab', source => 'ab', target => 'pos_ab',
   schema => 'icao24 text, callsign text, lat float8, lon float8, baro_alt float8, vert_rate float8,
              squawk text, velocity float8, heading float8, poller_ts timestamptz',
-  transform => \$t\$ ${transform//positions/pos_ab} \$t\$, options => '{"mode": "upsert"}');
+  transform => \$t\$ ${transform//positions/pos_ab} \$t\$, options => '{"mode": "$mode"}');
 SQL
+    # the drain is timed from the first message read (the worker's start is not)
+    until [ "$(sql -c "SELECT coalesce(messages_read, 0) > 0 FROM sdp.flow_status WHERE flow = 'ab'")" = t ]; do
+      sleep 0.01
+    done
+    t0=$(date +%s.%N)
     until [ "$(sql -c "SELECT coalesce(messages_read, 0) >= $n FROM sdp.flow_status WHERE flow = 'ab'")" = t ]; do
       [ "$(sql -c "SELECT state FROM sdp.flow_status WHERE flow = 'ab'")" = failed ] && { echo "flow failed" >&2; exit 1; }
-      sleep 0.05
+      sleep 0.01
     done
+    t1=$(date +%s.%N)
     pid=$(sql -c "SELECT pid FROM sdp.flow_status WHERE flow = 'ab'")
     t=$(cpu_ticks "$pid")
     v=$(echo "$t * 1000000 / $ticks / $n" | bc -l)
+    r=$(echo "$n / ($t1 - $t0)" | bc -l)
     us[$label]="${us[$label]:-} $v"
-    printf 'run %d %s: %.2f us CPU per event (%d ticks)\n' "$i" "$label" "$v" "$t"
+    rate[$label]="${rate[$label]:-} $r"
+    printf 'run %d %s: %.2f us CPU per event (%d ticks); drained at %.0f events/s, worker on CPU %.0f%% of the time\n' \
+      "$i" "$label" "$v" "$t" "$r" "$(echo "100 * $t / $ticks / ($t1 - $t0)" | bc -l)"
     sql -c "SELECT sdp_drop_flow('ab')" >/dev/null
     stop_pg
   done
@@ -121,5 +136,7 @@ ma=$(echo "${us[A]}" | median); mb=$(echo "${us[B]}" | median)
 echo
 printf 'A %s\nB %s\n' "$a" "$b"
 printf 'median CPU per event: A %.2f us, B %.2f us, B/A %.3f (%d runs each, %d events)\n' "$ma" "$mb" "$(echo "$mb / $ma" | bc -l)" "$runs" "$n"
+ra=$(echo "${rate[A]}" | median); rb=$(echo "${rate[B]}" | median)
+printf 'median drain rate (from its first message read to its last): A %.0f, B %.0f events/s, B/A %.2f\n' "$ra" "$rb" "$(echo "$rb / $ra" | bc -l)"
 printf 'COPY of the same %d rows: %.2f us CPU per row; A/COPY %.2f, B/COPY %.2f\n' "$rows" "$copy_us" \
   "$(echo "$ma / $copy_us" | bc -l)" "$(echo "$mb / $copy_us" | bc -l)"

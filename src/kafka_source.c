@@ -372,6 +372,62 @@ kafka_source_cached_high_watermark(KafkaSource *ks, int32 partition)
 	return hi;
 }
 
+/*
+ * Whether the broker holds messages of the given partitions that are not in
+ * the local queue, which the worker has just found empty: a partition whose
+ * position (the next offset to hand to the worker) is below the end offset
+ * seen in the last fetch response.  *partition is the first such one.
+ *
+ * This is librdkafka 2.0's fetcher at rest: when the local queue reaches
+ * queued.min.messages or queued.max.messages.kbytes it stops fetching with
+ * no deadline, and decides again only when its broker thread wakes for
+ * another reason, at the latest after a second.  Draining a backlog, the
+ * worker empties the queue in a few batches and then waits up to that
+ * second with the broker full of messages (librdkafka 2.1 added
+ * fetch.queue.backoff.ms for this).  No network.
+ */
+bool
+kafka_source_fetch_behind(KafkaSource *ks, int n, const int32 *partitions, int32 *partition)
+{
+	rd_kafka_topic_partition_list_t *list = rd_kafka_topic_partition_list_new(n);
+	bool		behind = false;
+
+	for (int i = 0; i < n; i++)
+		rd_kafka_topic_partition_list_add(list, ks->topic, partitions[i]);
+	if (rd_kafka_position(ks->rk, list) == RD_KAFKA_RESP_ERR_NO_ERROR)
+	{
+		for (int i = 0; i < list->cnt && !behind; i++)
+		{
+			rd_kafka_topic_partition_t *tp = &list->elems[i];
+
+			if (tp->err == RD_KAFKA_RESP_ERR_NO_ERROR && tp->offset >= 0 &&
+				kafka_source_cached_high_watermark(ks, tp->partition) > tp->offset)
+			{
+				*partition = tp->partition;
+				behind = true;
+			}
+		}
+	}
+	rd_kafka_topic_partition_list_destroy(list);
+	return behind;
+}
+
+/*
+ * Wake the fetcher of a partition that kafka_source_fetch_behind found at
+ * rest: a request to the partition's leader (the end offsets, which the
+ * worker can use) wakes the broker thread, which then sees that the local
+ * queue has room and fetches again.  Waits for the reply, at most
+ * timeout_ms (one round trip when the broker is up).
+ */
+void
+kafka_source_wake_fetcher(KafkaSource *ks, int32 partition, int timeout_ms)
+{
+	int64_t		lo,
+				hi;
+
+	(void) rd_kafka_query_watermark_offsets(ks->rk, ks->topic, partition, &lo, &hi, timeout_ms);
+}
+
 /* Tell the group what PostgreSQL committed, for Kafka tools; fire and forget. */
 void
 kafka_source_commit_async(KafkaSource *ks, int n, const int32 *partitions, const int64 *offsets)

@@ -100,6 +100,7 @@ typedef struct SdpProgress
 	double		processed_rows_per_s;
 	double		batch_ms_avg;
 	int64		max_batch_rows;
+	int64		fetcher_wakes;	/* since the worker started: wake_fetcher_if_behind */
 	SdpPercentiles processing;	/* read from Kafka -> committed */
 	SdpPercentiles queuing;		/* Kafka timestamp -> read */
 	SdpPercentiles e2e;			/* Kafka timestamp -> committed */

@@ -296,6 +296,7 @@ sdp_flow_progress(PG_FUNCTION_ARGS)
 					 p->interval_s, p->batches, p->input_rows, p->output_rows);
 	appendStringInfo(&buf, "\"inputRowsPerSecond\": %.1f, \"processedRowsPerSecond\": %.1f, \"avgBatchDurationMs\": %.3f, \"maxBatchRows\": " INT64_FORMAT ", ",
 					 p->input_rows_per_s, p->processed_rows_per_s, p->batch_ms_avg, p->max_batch_rows);
+	appendStringInfo(&buf, "\"fetcherWakes\": " INT64_FORMAT ", ", p->fetcher_wakes);
 	appendStringInfoString(&buf, "\"latencies\": {");
 	append_percentiles(&buf, "processingLatencyMs", &p->processing);
 	appendStringInfoString(&buf, ", ");
