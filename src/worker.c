@@ -42,6 +42,7 @@
 
 #include "batch.h"
 #include "offsets.h"
+#include "skip.h"
 #include "stateful.h"
 
 /* Latency samples kept per progress interval. */
@@ -350,6 +351,9 @@ load_declaration(FlowWorker *w)
 	sdp_batch_prepare(w);
 	sdp_catalog_leave(&scope);
 
+	/* the messages the owner asked to skip (none on a 0.1 catalog) */
+	sdp_skips_load(w);
+
 	/* the operator and its state store (the operator reads the catalogs: inside the transaction) */
 	if (w->op)
 		sdp_stateful_start(w);
@@ -377,6 +381,7 @@ worker_load_flow(FlowWorker *w)
 	 */
 	SpinLockAcquire(&w->slot->mutex);
 	w->config_generation = w->slot->config_generation;
+	w->skip_generation = w->slot->skip_generation;
 	SpinLockRelease(&w->slot->mutex);
 
 	pgstat_report_activity(STATE_RUNNING, "sdp: loading flow");
@@ -518,15 +523,21 @@ periodic_work(FlowWorker *w, TimestampTz now)
 /*
  * A launcher that did not start this worker (it restarted since) has no
  * handle to terminate it with: it asks through the slot and sets our latch.
+ * A skip request that committed is noticed here too (skips_pending), and
+ * read where no transaction is open.
  */
 static void
 worker_check_stop_request(FlowWorker *w)
 {
 	bool		stop;
+	uint64		skip_generation;
 
 	SpinLockAcquire(&w->slot->mutex);
 	stop = w->slot->stop_requested;
+	skip_generation = w->slot->skip_generation;
 	SpinLockRelease(&w->slot->mutex);
+	if (skip_generation != w->skip_generation)
+		w->skips_pending = true;
 	if (stop)
 	{
 		ereport(LOG, (errmsg("sdp flow \"%s\" stopping at the launcher's request", w->args.name)));
@@ -557,6 +568,18 @@ worker_set_state(FlowWorker *w, SdpFlowState state, bool clear_error)
 	SpinLockRelease(&w->slot->mutex);
 }
 
+/* The batch is decoded again at its next attempt, from scratch. */
+static void
+batch_decode_again(Batch *b)
+{
+	b->decoded = false;
+	b->decode_raised = false;
+	b->dead = NIL;
+	b->ndead_decode = 0;
+	b->skip_msg = NULL;
+	b->skipped = NIL;
+}
+
 /*
  * A batch waiting to be retried takes the messages that arrived meanwhile,
  * up to the batch's bounds: a message that fails alone, in a batch of its
@@ -580,10 +603,7 @@ worker_grow_batch(FlowWorker *w, Batch *b)
 	if (n == 0)
 		return;
 	b->nmsgs += n;
-	b->decoded = false;
-	b->decode_raised = false;
-	b->dead = NIL;
-	b->ndead_decode = 0;
+	batch_decode_again(b);
 }
 
 /*
@@ -635,6 +655,12 @@ worker_run_batch(FlowWorker *w, Batch *b)
 				sdp_worker_wait(w, w->error_backoff_ms);
 				/* the lag goes on growing while we wait: show it */
 				sdp_publish_high_watermarks(w);
+				/* a skip request (it set our latch) applies to this batch's next attempt */
+				if (w->skips_pending)
+				{
+					sdp_skips_reload(w);
+					batch_decode_again(b);
+				}
 				worker_grow_batch(w, b);
 				break;
 		}
@@ -686,6 +712,8 @@ worker_loop(FlowWorker *w)
 
 		CHECK_FOR_INTERRUPTS();
 		worker_check_stop_request(w);
+		if (w->skips_pending)
+			sdp_skips_reload(w);
 		if (ConfigReloadPending)
 		{
 			ConfigReloadPending = false;
