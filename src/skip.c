@@ -3,7 +3,8 @@
  *		The messages a flow's owner asked it to skip (sdp_skip_message).
  *
  * sdp.skipped_messages holds the requests.  The worker reads its flow's at
- * start and again only when a request has committed: sdp_skip_message bumps
+ * start (once a restore of the flow is complete: they are restored with its
+ * offsets) and again only when a request has committed: sdp_skip_message bumps
  * skip_generation in the flow's slot and sets the worker's latch, and the
  * worker notices it where it looks for a stop request (once per loop, and
  * after each wait of a retry's backoff).  A batch looks its messages up
@@ -47,8 +48,8 @@ skip_cmp(const void *a, const void *b)
  * SPI connected and a snapshot; the caller has read skip_generation before
  * the snapshot was taken.
  */
-void
-sdp_skips_load(FlowWorker *w)
+static void
+skips_load(FlowWorker *w)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	SdpCatalogScope scope;
@@ -96,11 +97,12 @@ sdp_skips_load(FlowWorker *w)
 	w->nskips = (int) n;
 }
 
-/* A request has committed since the last read: read them again, in a transaction of its own. */
+/* Read them (at start, or again when a request has committed), in a transaction of its own. */
 void
 sdp_skips_reload(FlowWorker *w)
 {
 	MemoryContext cxt = CurrentMemoryContext;
+	bool		told = w->skips_pending;
 	uint64		generation;
 
 	SpinLockAcquire(&w->slot->mutex);
@@ -111,7 +113,7 @@ sdp_skips_reload(FlowWorker *w)
 	SPI_connect();
 	PushActiveSnapshot(GetTransactionSnapshot());
 	pgstat_report_activity(STATE_RUNNING, "sdp: reading skip requests");
-	sdp_skips_load(w);
+	skips_load(w);
 	PopActiveSnapshot();
 	SPI_finish();
 	CommitTransactionCommand();
@@ -119,9 +121,10 @@ sdp_skips_reload(FlowWorker *w)
 	pgstat_report_activity(STATE_IDLE, NULL);
 	w->skip_generation = generation;
 	w->skips_pending = false;
-	ereport(LOG,
-			(errmsg("sdp flow \"%s\" read its skip requests: %d pending or applied",
-					w->args.name, w->nskips)));
+	if (told || w->nskips > 0)
+		ereport(LOG,
+				(errmsg("sdp flow \"%s\" read its skip requests: %d pending or applied",
+						w->args.name, w->nskips)));
 }
 
 /*

@@ -7,7 +7,6 @@
 
 #include "worker.h"
 
-extern void sdp_skips_load(FlowWorker *w);
 extern void sdp_skips_reload(FlowWorker *w);
 extern void sdp_skips_mark(FlowWorker *w, Batch *b);
 

@@ -351,9 +351,6 @@ load_declaration(FlowWorker *w)
 	sdp_batch_prepare(w);
 	sdp_catalog_leave(&scope);
 
-	/* the messages the owner asked to skip (none on a 0.1 catalog) */
-	sdp_skips_load(w);
-
 	/* the operator and its state store (the operator reads the catalogs: inside the transaction) */
 	if (w->op)
 		sdp_stateful_start(w);
@@ -381,7 +378,6 @@ worker_load_flow(FlowWorker *w)
 	 */
 	SpinLockAcquire(&w->slot->mutex);
 	w->config_generation = w->slot->config_generation;
-	w->skip_generation = w->slot->skip_generation;
 	SpinLockRelease(&w->slot->mutex);
 
 	pgstat_report_activity(STATE_RUNNING, "sdp: loading flow");
@@ -447,6 +443,8 @@ worker_open_source(FlowWorker *w)
 	MemoryContextSwitchTo(oldcxt);
 	/* a restored flow's offsets and state first (a stateful flow reads its state now) */
 	sdp_wait_for_restore(w);
+	/* the messages its owner asked to skip: restored with the rest, if it was */
+	sdp_skips_reload(w);
 	if (w->op)
 		sdp_stateful_restore(w);
 	sdp_assign_partitions(w, n, partitions);
