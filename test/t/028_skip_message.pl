@@ -158,5 +158,7 @@ is(SdpTest::query($node, "SELECT aircraft_count FROM zone_alerts WHERE zone = 'Z
 	'the replayed stateful flow counts a1, a2, a4 and a5, not the skipped a3');
 is(SdpTest::query($node, "SELECT flow || ':' || kafka_offset || ':' || stage FROM sdp.dead_letters ORDER BY flow, kafka_offset"),
 	"stuck:5:skipped\nstuck:12:skipped\nzone_flow:2:skipped", 'each skipped message is dead-lettered once');
+is(SdpTest::query($node, "SELECT 'sdp.skipped_messages'::regclass = ANY (extconfig) FROM pg_extension WHERE extname = 'sdp_ext'"),
+	't', 'pg_dump keeps the skip requests (an extension configuration table)');
 
 done_testing();
