@@ -6,7 +6,9 @@
 # Only the owner may ask, and not for a message already processed.  A skip
 # for a message not yet read applies when it arrives.  After a restart
 # nothing is written or dead-lettered twice, also by a stateful flow that
-# replays the skipped message from its checkpoint.
+# replays the skipped message from its checkpoint.  The flows start on a 0.1
+# catalog, which has no skip requests; their workers take requests after
+# ALTER EXTENSION UPDATE without a restart.
 use strict;
 use warnings FATAL => 'all';
 use lib 'test/perl';
@@ -19,6 +21,8 @@ my $broker = SdpKafka::start_broker(topics => { 'stuck' => 1, 'zskip' => 1 });
 my $node = SdpTest::new_node('skip');
 my $boot = $broker->bootstrap;
 SdpTest::query($node, <<"SQL");
+DROP EXTENSION sdp_ext;
+CREATE EXTENSION sdp_ext VERSION '0.1';
 CREATE ROLE app LOGIN;
 CREATE ROLE mallory LOGIN;
 CREATE FUNCTION refused(stmt text) RETURNS text LANGUAGE plpgsql AS \$\$
@@ -72,9 +76,12 @@ sub as_role
 	return SdpTest::query($node, "SET ROLE $role; SELECT refused(\$q\$$sql\$q\$)");
 }
 
-# 1. Messages 0..4 go through.
+# 1. Messages 0..4 go through, on 0.1; then the update, with the flows running.
 produce('stuck', 0 .. 4);
-ok(SdpTest::wait_consumed($node, 'stuck', 5), 'the flow consumed messages 0..4');
+ok(SdpTest::wait_consumed($node, 'stuck', 5), '0.1: the flow consumed messages 0..4');
+my $pids = SdpTest::query($node, "SELECT string_agg(pid::text, ',' ORDER BY flow) FROM sdp.flow_status");
+SdpTest::query($node, 'ALTER EXTENSION sdp_ext UPDATE');
+is(SdpTest::query($node, "SELECT extversion FROM pg_extension WHERE extname = 'sdp_ext'"), '0.2', 'updated to 0.2');
 
 # 2. Refusals.
 like(as_role('app', "SELECT sdp_skip_message('stuck', 0, 3)"),
@@ -138,6 +145,8 @@ SdpKafka::kcat_produce(bootstrap => $boot, topic => 'zskip',
 	messages => [ map { [ "a$_", qq({"icao24": "a$_", "lat": 10.5, "lon": 10.5}) ] } 1 .. 4 ]);
 ok(SdpTest::wait_consumed($node, 'zone_flow', 4), 'the stateful flow consumed its 4 messages');
 is(SdpTest::query($node, "SELECT aircraft_count FROM zone_alerts WHERE zone = 'Z'"), '3', 'the skipped aircraft is not counted');
+is(SdpTest::query($node, "SELECT string_agg(pid::text, ',' ORDER BY flow) FROM sdp.flow_status"), $pids,
+	'by the workers started on 0.1, without a restart');
 
 # 7. A restart: nothing written or dead-lettered twice; the stateful flow
 # replays from its checkpoint (none within the hour) and skips again.
