@@ -79,3 +79,30 @@ SELECT f.name AS flow,
           FROM sdp.offsets o
           LEFT JOIN sdp_flow_partitions(f.name) rp ON rp.partition = o.partition
          WHERE o.flow_id = f.id) p ON true;
+
+-- Skipping a message (issue 11, item 2)
+-- Messages a flow's owner asked it to skip with sdp_skip_message(): the
+-- worker does not decode or write such a message, it dead-letters it (stage
+-- 'skipped') in the transaction of the batch the message comes in.  A
+-- request stays after it applied (a stateful flow replaying from its
+-- checkpoint skips the message again; the dead letter is written once) and
+-- goes with its flow.
+CREATE TABLE sdp.skipped_messages (
+    flow_id         bigint NOT NULL REFERENCES sdp.flows (id) ON DELETE CASCADE,
+    kafka_partition integer NOT NULL CHECK (kafka_partition >= 0),
+    kafka_offset    bigint NOT NULL CHECK (kafka_offset >= 0),
+    requested_by    name NOT NULL,
+    requested_at    timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (flow_id, kafka_partition, kafka_offset)
+);
+GRANT SELECT ON sdp.skipped_messages TO PUBLIC;
+SELECT pg_catalog.pg_extension_config_dump('sdp.skipped_messages', '');
+
+ALTER TABLE sdp.dead_letters DROP CONSTRAINT dead_letters_stage_check;
+ALTER TABLE sdp.dead_letters ADD CONSTRAINT dead_letters_stage_check
+    CHECK (stage IN ('decode', 'transform', 'write', 'late', 'skipped'));
+
+CREATE FUNCTION sdp_skip_message(flow text, kafka_partition integer, kafka_offset bigint)
+RETURNS void LANGUAGE C STRICT AS 'MODULE_PATHNAME', 'sdp_skip_message';
+COMMENT ON FUNCTION sdp_skip_message(text, integer, bigint) IS
+  'the flow sets the message at this partition and offset aside (sdp.dead_letters, stage skipped) instead of processing it';

@@ -138,7 +138,21 @@ GRANT sdp_other TO CURRENT_USER;
 SET ROLE sdp_other;
 SELECT pg_temp.refused($$SELECT sdp_stop_flow('f')$$);
 SELECT pg_temp.refused($$SELECT sdp_drop_flow('f')$$);
+-- nor ask it to skip a message
+SELECT pg_temp.refused($$SELECT sdp_skip_message('f', 0, 10)$$);
 RESET ROLE;
+-- skipping a message: a flow that exists, a message position, not one already processed
+SELECT pg_temp.refused($$SELECT sdp_skip_message('no_such_flow', 0, 10)$$);
+SELECT pg_temp.refused($$SELECT sdp_skip_message('f', -1, 10)$$);
+SELECT pg_temp.refused($$SELECT sdp_skip_message('f', 0, -10)$$);
+INSERT INTO sdp.offsets (flow_id, partition, next_offset) SELECT id, 0, 10 FROM sdp.flows WHERE name = 'f';
+SET ROLE sdp_app;
+SELECT pg_temp.refused($$SELECT sdp_skip_message('f', 0, 9)$$);
+SELECT sdp_skip_message('f', 0, 10);
+SELECT sdp_skip_message('f', 0, 10);
+SELECT sdp_skip_message('f', 1, 0);
+RESET ROLE;
+SELECT kafka_partition, kafka_offset, requested_by FROM sdp.skipped_messages ORDER BY 1, 2;
 SELECT name, owner, target, options FROM sdp.flows ORDER BY name;
 SELECT sdp_drop_flow('f');
 
@@ -207,6 +221,7 @@ BEGIN
 END $$;
 SELECT count(*) AS flow_workers FROM pg_stat_activity WHERE backend_type = 'sdp flow';
 SELECT count(*) AS offsets_left FROM sdp.offsets;
+SELECT count(*) AS skip_requests_left FROM sdp.skipped_messages;
 
 -- flows live in sdp.database only
 CREATE DATABASE sdp_elsewhere;

@@ -7,7 +7,8 @@
  * error, and creates nothing.  The checks run as the calling role, who
  * becomes the flow's owner and whose privileges the flow's worker uses.
  * Catalog rows are written inside a catalog scope (catalog.c).  Changes to
- * sdp.flows wake the launcher when the transaction commits.
+ * sdp.flows wake the launcher when the transaction commits; a skip request
+ * (sdp_skip_message) wakes the flow's worker.
  */
 #include "sdp.h"
 
@@ -38,6 +39,7 @@ PG_FUNCTION_INFO_V1(sdp_create_flow);
 PG_FUNCTION_INFO_V1(sdp_start_flow);
 PG_FUNCTION_INFO_V1(sdp_stop_flow);
 PG_FUNCTION_INFO_V1(sdp_drop_flow);
+PG_FUNCTION_INFO_V1(sdp_skip_message);
 
 /* A name of a source or flow: 1..63 bytes, so that it fits the flow slots. */
 static char *
@@ -407,5 +409,113 @@ sdp_drop_flow(PG_FUNCTION_ARGS)
 {
 	change_flow(fcinfo, "WITH f AS (DELETE FROM sdp.flows WHERE name = $1 RETURNING id) "
 				"DELETE FROM sdp.state_checkpoints WHERE flow_id IN (SELECT id FROM f)");
+	PG_RETURN_VOID();
+}
+
+/*
+ * The next offset of a partition the flow has processed: what it stored in
+ * sdp.offsets, or, while it runs, how far its worker has committed (a
+ * stateful flow stores offsets only at its checkpoints).  -1 when neither
+ * knows the partition.
+ */
+static int64
+processed_up_to(const char *name, int64 flow_id, int32 partition)
+{
+	Oid			argtypes[2] = {INT8OID, INT4OID};
+	Datum		values[2] = {Int64GetDatum(flow_id), Int32GetDatum(partition)};
+	int64		next = -1;
+	int			s;
+
+	catalog_execute("SELECT next_offset FROM sdp.offsets WHERE flow_id = $1 AND partition = $2",
+					2, argtypes, values, NULL, true);
+	if (SPI_processed > 0)
+	{
+		bool		isnull;
+
+		next = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	}
+
+	LWLockAcquire(SdpShmem->lock, LW_SHARED);
+	s = sdp_slot_find(name);
+	if (s >= 0)
+	{
+		SdpFlowSlot *slot = &SdpShmem->slots[s];
+
+		SpinLockAcquire(&slot->mutex);
+		if (slot->flow_id == flow_id && slot->pid != 0)
+		{
+			for (int i = 0; i < slot->npartitions; i++)
+				if (slot->partitions[i].partition == partition)
+					next = Max(next, slot->partitions[i].committed);
+		}
+		SpinLockRelease(&slot->mutex);
+	}
+	LWLockRelease(SdpShmem->lock);
+	return next;
+}
+
+/*
+ * sdp_skip_message(flow, kafka_partition, kafka_offset): the flow sets that
+ * message aside instead of processing it, as a dead letter with stage
+ * 'skipped', in the batch the message comes in: now, if the flow is
+ * retrying a batch that holds it, or when it arrives.  The way past a
+ * message the flow keeps failing on for a reason it does not pin on the
+ * message.  Refused for a message the flow has already processed.
+ */
+Datum
+sdp_skip_message(PG_FUNCTION_ARGS)
+{
+	char	   *name = checked_name(fcinfo, 0, "flow");
+	int32		partition = PG_GETARG_INT32(1);
+	int64		offset = PG_GETARG_INT64(2);
+	char	   *owner;
+	int64		flow_id;
+	int64		next;
+	bool		isnull;
+	Oid			argtypes[4] = {INT8OID, INT4OID, INT8OID, TEXTOID};
+	Datum		values[4];
+
+	sdp_require_shmem();
+	if (partition < 0 || offset < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("invalid message position: partition %d, offset %lld", partition, (long long) offset),
+				 errdetail("Kafka partitions and offsets are not negative.")));
+
+	SPI_connect();
+	owner = lookup_owner("flows", name);
+	if (owner == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("flow \"%s\" does not exist", name)));
+	sdp_check_owner(owner, "flow", name);
+	values[0] = CStringGetTextDatum(name);
+	argtypes[0] = TEXTOID;
+	catalog_execute("SELECT id FROM sdp.flows WHERE name = $1", 1, argtypes, values, NULL, true);
+	if (SPI_processed == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("flow \"%s\" does not exist", name)));
+	flow_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	argtypes[0] = INT8OID;
+
+	next = processed_up_to(name, flow_id, partition);
+	if (offset < next)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("flow \"%s\" has already processed partition %d offset %lld", name, partition, (long long) offset),
+				 errdetail("The flow has committed partition %d up to offset %lld.", partition, (long long) next),
+				 errhint("Only a message at offset %lld or later of that partition can be skipped.", (long long) next)));
+
+	/* asking again for the same message is not an error */
+	values[0] = Int64GetDatum(flow_id);
+	values[1] = Int32GetDatum(partition);
+	values[2] = Int64GetDatum(offset);
+	values[3] = CStringGetTextDatum(GetUserNameFromId(GetUserId(), false));
+	catalog_execute("INSERT INTO sdp.skipped_messages (flow_id, kafka_partition, kafka_offset, requested_by) "
+					"VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING", 4, argtypes, values, NULL, false);
+	SPI_finish();
+
+	sdp_flow_skips_changed(name);
 	PG_RETURN_VOID();
 }

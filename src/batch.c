@@ -45,6 +45,7 @@
 #include "isolate.h"
 #include "json_decode.h"
 #include "offsets.h"
+#include "skip.h"
 #include "stateful.h"
 
 /* The statements a batch runs besides the flow's own (in a catalog scope, with SPI connected). */
@@ -95,6 +96,9 @@ decode_one(DecodeRun *d, int i)
 	int64		ts;
 	rd_kafka_timestamp_type_t tstype;
 
+	/* the owner asked to skip it: it is dead-lettered as it is (b->skipped) */
+	if (b->skip_msg != NULL && b->skip_msg[i])
+		return;
 	if (!sdp_decode_message(w->schema, m->payload, m->len, values, nulls, &error, &sqlstate))
 	{
 		sdp_dead_letter_add(b, m, "decode", error, sqlstate);
@@ -538,6 +542,7 @@ attempt(FlowWorker *w, Batch *b, bool isolate, char **fail_message)
 	/* decoding happens once, in the first attempt (input functions read the catalogs) */
 	if (!b->decoded)
 	{
+		sdp_skips_mark(w, b);
 		stage_decode(w, b, isolate);
 		b->decoded = true;
 		b->ndead_decode = list_length(b->dead);
@@ -654,6 +659,7 @@ sdp_batch_account(FlowWorker *w, Batch *b)
 	int64		commit_us = sdp_unix_now_us();
 	TimestampTz now = GetCurrentTimestamp();
 	int			ndead = list_length(b->dead);
+	int			nskipped = list_length(b->skipped);
 	int64		filtered;
 
 	memcpy(w->next_offset, b->next, sizeof(int64) * w->npartitions);
@@ -685,6 +691,7 @@ sdp_batch_account(FlowWorker *w, Batch *b)
 		w->slot->rows_skipped += b->rows_skipped;
 		w->slot->rows_dead_lettered += ndead;
 	}
+	w->slot->rows_dead_lettered += nskipped;
 	w->slot->rows_late += b->rows_late;
 	if (b->nmsgs > 0)
 		w->slot->batches++;
@@ -694,4 +701,17 @@ sdp_batch_account(FlowWorker *w, Batch *b)
 	sdp_publish_committed(w);
 	if (w->op)
 		sdp_stateful_publish(w, b->checkpointed);
+	if (nskipped > 0)
+	{
+		ListCell   *lc;
+
+		foreach(lc, b->skipped)
+		{
+			DeadLetter *dl = lfirst(lc);
+
+			ereport(LOG,
+					(errmsg("sdp flow \"%s\" set partition %d offset %lld aside unprocessed: %s",
+							w->args.name, dl->msg->partition, (long long) dl->msg->offset, dl->error)));
+		}
+	}
 }

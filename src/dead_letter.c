@@ -8,8 +8,10 @@
  * is the flow's option on_error: dead_letter (a row in sdp.dead_letters,
  * in the batch's transaction, with the message's topic, partition, offset,
  * key and raw payload), skip (counted only), or fail (the flow stops with
- * the reason).  Dead letters are unique per (flow, partition, offset), so a
- * message replayed after a restart is dead-lettered once.
+ * the reason).  A message the flow's owner asked to skip (skip.c) is
+ * dead-lettered with stage 'skipped' whatever on_error says.  Dead letters
+ * are unique per (flow, partition, offset), so a message replayed after a
+ * restart is dead-lettered once.
  */
 #include "dead_letter.h"
 
@@ -108,65 +110,85 @@ sdp_set_aside(FlowWorker *w, Batch *b, rd_kafka_message_t *m, const char *row_te
 	return true;
 }
 
-/* Write the batch's dead letters (inside the batch's transaction). */
+/* Write one dead letter (in a catalog scope). */
+static void
+write_dead_letter(FlowWorker *w, DeadLetter *dl)
+{
+	rd_kafka_message_t *m = dl->msg;
+	Datum		values[13];
+	char		nulls[13];
+	bytea	   *payload;
+	const char *bytes = m ? m->payload : dl->row_text;
+	size_t		len = m ? m->len : strlen(dl->row_text);
+	TimestampTz ts;
+
+	memset(nulls, ' ', sizeof(nulls));
+	values[0] = CStringGetTextDatum(w->args.name);
+	values[1] = CStringGetTextDatum(w->owner_name);
+	values[2] = CStringGetTextDatum(w->source.topic);
+	if (m)
+	{
+		values[3] = Int32GetDatum(m->partition);
+		values[4] = Int64GetDatum(m->offset);
+		if (sdp_bytes_are_text(m->key, m->key_len))
+			values[5] = PointerGetDatum(cstring_to_text_with_len(m->key, (int) m->key_len));
+		else
+			nulls[5] = 'n';
+		if (message_timestamp(m, &ts))
+			values[6] = TimestampTzGetDatum(ts);
+		else
+			nulls[6] = 'n';
+	}
+	else
+	{
+		/* a row the operator emitted: it comes from no single message */
+		nulls[3] = nulls[4] = nulls[5] = nulls[6] = 'n';
+	}
+	payload = palloc(VARHDRSZ + len);
+	SET_VARSIZE(payload, VARHDRSZ + len);
+	if (len > 0)
+		memcpy(VARDATA(payload), bytes, len);
+	values[7] = PointerGetDatum(payload);
+	if (sdp_bytes_are_text(bytes, len))
+		values[8] = PointerGetDatum(cstring_to_text_with_len(bytes, (int) len));
+	else
+		nulls[8] = 'n';
+	values[9] = CStringGetTextDatum(dl->stage);
+	values[10] = CStringGetTextDatum(dl->error);
+	/* a message skipped on request raised no error */
+	if (dl->sqlstate != 0)
+		values[11] = CStringGetTextDatum(unpack_sql_state(dl->sqlstate));
+	else
+		nulls[11] = 'n';
+	values[12] = Int64GetDatum(w->args.flow_id);
+	if (SPI_execute_plan(w->dead_letter_plan, values, nulls, false, 0) != SPI_OK_INSERT)
+		elog(ERROR, "could not write a dead letter");
+}
+
+/*
+ * Write the batch's dead letters (inside the batch's transaction): what it
+ * set aside, unless on_error = skip, and the messages its owner asked to
+ * skip (sdp_skip_message), always.
+ */
 void
 sdp_write_dead_letters(FlowWorker *w, Batch *b)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	SdpCatalogScope scope;
+	List	   *dead = (w->opts.on_error == SDP_ON_ERROR_SKIP) ? NIL : b->dead;
 	ListCell   *lc;
 
-	if (b->dead == NIL || w->opts.on_error == SDP_ON_ERROR_SKIP)
+	if (dead == NIL && b->skipped == NIL)
 		return;
 	sdp_catalog_enter(&scope);
-	foreach(lc, b->dead)
+	foreach(lc, dead)
 	{
-		DeadLetter *dl = lfirst(lc);
-		rd_kafka_message_t *m = dl->msg;
-		Datum		values[13];
-		char		nulls[13];
-		bytea	   *payload;
-		const char *bytes = m ? m->payload : dl->row_text;
-		size_t		len = m ? m->len : strlen(dl->row_text);
-		TimestampTz ts;
-
-		memset(nulls, ' ', sizeof(nulls));
-		values[0] = CStringGetTextDatum(w->args.name);
-		values[1] = CStringGetTextDatum(w->owner_name);
-		values[2] = CStringGetTextDatum(w->source.topic);
-		if (m)
-		{
-			values[3] = Int32GetDatum(m->partition);
-			values[4] = Int64GetDatum(m->offset);
-			if (sdp_bytes_are_text(m->key, m->key_len))
-				values[5] = PointerGetDatum(cstring_to_text_with_len(m->key, (int) m->key_len));
-			else
-				nulls[5] = 'n';
-			if (message_timestamp(m, &ts))
-				values[6] = TimestampTzGetDatum(ts);
-			else
-				nulls[6] = 'n';
-		}
-		else
-		{
-			/* a row the operator emitted: it comes from no single message */
-			nulls[3] = nulls[4] = nulls[5] = nulls[6] = 'n';
-		}
-		payload = palloc(VARHDRSZ + len);
-		SET_VARSIZE(payload, VARHDRSZ + len);
-		if (len > 0)
-			memcpy(VARDATA(payload), bytes, len);
-		values[7] = PointerGetDatum(payload);
-		if (sdp_bytes_are_text(bytes, len))
-			values[8] = PointerGetDatum(cstring_to_text_with_len(bytes, (int) len));
-		else
-			nulls[8] = 'n';
-		values[9] = CStringGetTextDatum(dl->stage);
-		values[10] = CStringGetTextDatum(dl->error);
-		values[11] = CStringGetTextDatum(unpack_sql_state(dl->sqlstate));
-		values[12] = Int64GetDatum(w->args.flow_id);
-		if (SPI_execute_plan(w->dead_letter_plan, values, nulls, false, 0) != SPI_OK_INSERT)
-			elog(ERROR, "could not write a dead letter");
+		write_dead_letter(w, lfirst(lc));
+		MemoryContextSwitchTo(cxt);
+	}
+	foreach(lc, b->skipped)
+	{
+		write_dead_letter(w, lfirst(lc));
 		MemoryContextSwitchTo(cxt);
 	}
 	sdp_catalog_leave(&scope);

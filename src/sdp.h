@@ -170,6 +170,7 @@ typedef struct SdpFlowSlot
 	TimestampTz last_checkpoint_at;
 	TimestampTz watermark;		/* event-time operators; 0 when none */
 	uint64		config_generation;	/* bumped when the flow's operator configuration changes */
+	uint64		skip_generation;	/* bumped when a skip request for the flow commits (sdp_skip_message) */
 	Latch	   *latch;			/* the worker's, to wake it */
 
 	int			npartitions;
@@ -201,6 +202,7 @@ extern void sdp_slot_copy(int slotno, SdpFlowSlot *copy);
 extern void sdp_wake_launcher(void);
 extern void sdp_wake_launcher_at_commit(void);
 extern void sdp_flow_config_changed(const char *flow);
+extern void sdp_flow_skips_changed(const char *flow);
 
 /*
  * Begin a transaction in a background worker.  A backend stamps each

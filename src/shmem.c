@@ -35,8 +35,8 @@ static bool wake_at_commit = false;
 static bool xact_callback_registered = false;
 
 /*
- * Flows whose operator configuration the current transaction changed, to be
- * told so when it commits.  The list and its entries live in
+ * Flows whose operator configuration (or skip requests) the current
+ * transaction changed, to be told so when it commits.  The list and its entries live in
  * TopTransactionContext: the caller's context may be an SPI procedure
  * context or statement memory, both gone long before the commit callback
  * runs.  Each entry remembers the subtransaction that made the change, so
@@ -45,6 +45,7 @@ static bool xact_callback_registered = false;
 typedef struct ChangedFlow
 {
 	char		name[NAMEDATALEN];
+	bool		skips;			/* its skip requests, not its configuration */
 	int			nestlevel;		/* subtransaction nesting level of the change */
 } ChangedFlow;
 
@@ -199,9 +200,9 @@ sdp_wake_launcher(void)
 	LWLockRelease(SdpShmem->lock);
 }
 
-/* Tell a running flow's worker that its operator configuration changed, and wake it. */
+/* Tell a running flow's worker that its operator configuration (or its skip requests) changed, and wake it. */
 static void
-bump_flow_config(const char *name)
+bump_flow_config(const char *name, bool skips)
 {
 	int			s;
 
@@ -215,7 +216,10 @@ bump_flow_config(const char *name)
 		Latch	   *latch;
 
 		SpinLockAcquire(&slot->mutex);
-		slot->config_generation++;
+		if (skips)
+			slot->skip_generation++;
+		else
+			slot->config_generation++;
 		latch = slot->latch;
 		SpinLockRelease(&slot->mutex);
 		if (latch)
@@ -246,7 +250,8 @@ sdp_xact_callback(XactEvent event, void *arg)
 
 				/* still valid: TopTransactionContext is reset after the callbacks */
 				foreach(lc, changed_flows)
-					bump_flow_config(((ChangedFlow *) lfirst(lc))->name);
+					bump_flow_config(((ChangedFlow *) lfirst(lc))->name,
+									 ((ChangedFlow *) lfirst(lc))->skips);
 			}
 			changed_flows = NIL;
 			break;
@@ -323,13 +328,8 @@ sdp_wake_launcher_at_commit(void)
 	wake_at_commit = true;
 }
 
-/*
- * Once the current transaction commits, the flow's worker rereads its
- * operator configuration; nothing happens if the change is rolled back
- * (with its transaction or with the subtransaction that made it).
- */
-void
-sdp_flow_config_changed(const char *flow)
+static void
+note_changed_flow(const char *flow, bool skips)
 {
 	MemoryContext oldcxt;
 	ChangedFlow *c;
@@ -340,13 +340,35 @@ sdp_flow_config_changed(const char *flow)
 	foreach(lc, changed_flows)
 	{
 		c = lfirst(lc);
-		if (strcmp(c->name, flow) == 0 && c->nestlevel == level)
+		if (strcmp(c->name, flow) == 0 && c->skips == skips && c->nestlevel == level)
 			return;				/* already noted at this level */
 	}
 	oldcxt = MemoryContextSwitchTo(TopTransactionContext);
 	c = palloc0(sizeof(ChangedFlow));
 	strlcpy(c->name, flow, NAMEDATALEN);
+	c->skips = skips;
 	c->nestlevel = level;
 	changed_flows = lappend(changed_flows, c);
 	MemoryContextSwitchTo(oldcxt);
+}
+
+/*
+ * Once the current transaction commits, the flow's worker rereads its
+ * operator configuration; nothing happens if the change is rolled back
+ * (with its transaction or with the subtransaction that made it).
+ */
+void
+sdp_flow_config_changed(const char *flow)
+{
+	note_changed_flow(flow, false);
+}
+
+/*
+ * Once the current transaction commits, the flow's worker rereads its skip
+ * requests (sdp.skipped_messages), at once, even while it waits out a retry.
+ */
+void
+sdp_flow_skips_changed(const char *flow)
+{
+	note_changed_flow(flow, true);
 }

@@ -42,6 +42,7 @@
 
 #include "batch.h"
 #include "offsets.h"
+#include "skip.h"
 #include "stateful.h"
 
 /* Latency samples kept per progress interval. */
@@ -445,6 +446,8 @@ worker_open_source(FlowWorker *w)
 	MemoryContextSwitchTo(oldcxt);
 	/* a restored flow's offsets and state first (a stateful flow reads its state now) */
 	sdp_wait_for_restore(w);
+	/* the messages its owner asked to skip: restored with the rest, if it was */
+	sdp_skips_reload(w);
 	if (w->op)
 		sdp_stateful_restore(w);
 	sdp_assign_partitions(w, n, partitions);
@@ -522,15 +525,21 @@ periodic_work(FlowWorker *w, TimestampTz now)
 /*
  * A launcher that did not start this worker (it restarted since) has no
  * handle to terminate it with: it asks through the slot and sets our latch.
+ * A skip request that committed is noticed here too (skips_pending), and
+ * read where no transaction is open.
  */
 static void
 worker_check_stop_request(FlowWorker *w)
 {
 	bool		stop;
+	uint64		skip_generation;
 
 	SpinLockAcquire(&w->slot->mutex);
 	stop = w->slot->stop_requested;
+	skip_generation = w->slot->skip_generation;
 	SpinLockRelease(&w->slot->mutex);
+	if (skip_generation != w->skip_generation)
+		w->skips_pending = true;
 	if (stop)
 	{
 		ereport(LOG, (errmsg("sdp flow \"%s\" stopping at the launcher's request", w->args.name)));
@@ -561,6 +570,18 @@ worker_set_state(FlowWorker *w, SdpFlowState state, bool clear_error)
 	SpinLockRelease(&w->slot->mutex);
 }
 
+/* The batch is decoded again at its next attempt, from scratch. */
+static void
+batch_decode_again(Batch *b)
+{
+	b->decoded = false;
+	b->decode_raised = false;
+	b->dead = NIL;
+	b->ndead_decode = 0;
+	b->skip_msg = NULL;
+	b->skipped = NIL;
+}
+
 /*
  * A batch waiting to be retried takes the messages that arrived meanwhile,
  * up to the batch's bounds: a message that fails alone, in a batch of its
@@ -584,10 +605,7 @@ worker_grow_batch(FlowWorker *w, Batch *b)
 	if (n == 0)
 		return;
 	b->nmsgs += n;
-	b->decoded = false;
-	b->decode_raised = false;
-	b->dead = NIL;
-	b->ndead_decode = 0;
+	batch_decode_again(b);
 }
 
 /*
@@ -639,6 +657,12 @@ worker_run_batch(FlowWorker *w, Batch *b)
 				sdp_worker_wait(w, w->error_backoff_ms);
 				/* the lag goes on growing while we wait: show it */
 				sdp_publish_high_watermarks(w);
+				/* a skip request (it set our latch) applies to this batch's next attempt */
+				if (w->skips_pending)
+				{
+					sdp_skips_reload(w);
+					batch_decode_again(b);
+				}
 				worker_grow_batch(w, b);
 				break;
 		}
@@ -715,6 +739,8 @@ worker_loop(FlowWorker *w)
 
 		CHECK_FOR_INTERRUPTS();
 		worker_check_stop_request(w);
+		if (w->skips_pending)
+			sdp_skips_reload(w);
 		if (ConfigReloadPending)
 		{
 			ConfigReloadPending = false;

@@ -8,6 +8,7 @@
  *	isolate.c		finding the bad messages (or rows) of a failed stage by halving
  *	dead_letter.c	setting a message or row aside, and writing sdp.dead_letters
  *	offsets.c		partition assignment and the offsets stored with the rows
+ *	skip.c			the messages the flow's owner asked it to skip
  *	stateful.c		the operator stage, event time, checkpoints and their restore
  *
  * The launcher sees none of this: it includes worker_args.h.
@@ -47,6 +48,14 @@ typedef struct SdpMessageId
 	int64		offset;
 } SdpMessageId;
 
+/* A message the flow's owner asked the flow to skip (sdp.skipped_messages). */
+typedef struct SdpSkip
+{
+	int32		partition;
+	int64		offset;
+	char	   *requested_by;
+} SdpSkip;
+
 /* One batch of messages, from poll to commit. */
 typedef struct Batch
 {
@@ -67,6 +76,8 @@ typedef struct Batch
 	int64	   *next;			/* per assigned partition: next offset once committed */
 	bool		checkpointed;	/* a stateful flow's checkpoint committed with it */
 	List	   *suspected;		/* SdpMessageId: messages that failed alone, not for their data, in the last attempt */
+	bool	   *skip_msg;		/* msgs[i] is to be skipped; NULL when none is */
+	List	   *skipped;		/* DeadLetter *: those messages, dead-lettered whatever on_error says */
 } Batch;
 
 typedef struct FlowWorker
@@ -136,6 +147,14 @@ typedef struct FlowWorker
 	int			fetch_wake_ms;	/* and its interval, 0 after messages */
 	int64		fetcher_wakes;	/* how often it woke the fetcher */
 	int			error_backoff_ms;
+
+	/* skip requests (skip.c), sorted by partition and offset */
+	bool		skip_table;		/* sdp.skipped_messages exists (a 0.2 catalog) */
+	uint64		skip_generation;	/* the slot's skip_generation when they were read */
+	bool		skips_pending;	/* the slot's has moved on: read them again */
+	MemoryContext skip_cxt;
+	int			nskips;
+	SdpSkip    *skips;
 } FlowWorker;
 
 
