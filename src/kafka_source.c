@@ -39,6 +39,16 @@ struct KafkaSource
 	char	   *topic;
 	int			pipefd[2];
 
+	/*
+	 * Where librdkafka's fetcher stops filling the local queue
+	 * (queued.min.messages, queued.max.messages.kbytes), and whether the
+	 * queue has come near it since it was last found empty: only then may
+	 * the fetcher be at rest (kafka_source_fetch_behind).
+	 */
+	int64		queue_max_messages;
+	int64		queue_max_bytes;
+	bool		queue_filled;
+
 	/* written by callbacks, read by the main loop */
 	bool		error_pending;
 	bool		broker_down;
@@ -161,6 +171,24 @@ on_kafka_log(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
 	ks->nlogs++;
 }
 
+/* An integer property of a configuration, or dflt when it cannot be read. */
+static int64
+conf_int(rd_kafka_conf_t *conf, const char *name, int64 dflt)
+{
+	char		value[64];
+	size_t		size = sizeof(value);
+	char	   *end;
+	long long	v;
+
+	if (rd_kafka_conf_get(conf, name, value, &size) != RD_KAFKA_CONF_OK)
+		return dflt;
+	errno = 0;
+	v = strtoll(value, &end, 10);
+	if (errno != 0 || end == value || v <= 0)
+		return dflt;
+	return (int64) v;
+}
+
 KafkaSource *
 kafka_source_create(const SdpSourceDef *source, const char *flow_name)
 {
@@ -198,6 +226,8 @@ kafka_source_create(const SdpSourceDef *source, const char *flow_name)
 	}
 	CONF_SET("bootstrap.servers", source->bootstrap_servers);
 #undef CONF_SET
+	ks->queue_max_messages = conf_int(conf, "queued.min.messages", 100000);
+	ks->queue_max_bytes = conf_int(conf, "queued.max.messages.kbytes", 65536) * 1024;
 
 	rd_kafka_conf_set_opaque(conf, ks);
 	rd_kafka_conf_set_error_cb(conf, on_kafka_error);
@@ -330,10 +360,13 @@ kafka_source_poll(KafkaSource *ks, rd_kafka_message_t **msgs, int max, size_t *b
 {
 	char		drain[64];
 	int			n = 0;
+	size_t		bytes0 = *bytes;
+	int64		queued;
 
 	/* Empty the wakeup pipe first: a message arriving from now on writes to it again. */
 	while (read(ks->pipefd[0], drain, sizeof(drain)) > 0)
 		;
+	queued = (int64) rd_kafka_queue_length(ks->queue);
 
 	while (n < max && *bytes < max_bytes)
 	{
@@ -356,6 +389,15 @@ kafka_source_poll(KafkaSource *ks, rd_kafka_message_t **msgs, int max, size_t *b
 		*bytes += m->len + m->key_len;
 		msgs[n++] = m;
 	}
+
+	/*
+	 * The queue held at least half of what makes the fetcher stop (by count,
+	 * or by bytes at the size of the messages just taken): it may be at rest
+	 * once the queue is empty.
+	 */
+	if (n > 0 && (queued >= ks->queue_max_messages / 2 ||
+				  (double) queued * (double) (*bytes - bytes0) / n >= (double) ks->queue_max_bytes / 2))
+		ks->queue_filled = true;
 	return n;
 }
 
@@ -373,59 +415,63 @@ kafka_source_cached_high_watermark(KafkaSource *ks, int32 partition)
 }
 
 /*
- * Whether the broker holds messages of the given partitions that are not in
- * the local queue, which the worker has just found empty: a partition whose
- * position (the next offset to hand to the worker) is below the end offset
- * seen in the last fetch response.  *partition is the first such one.
+ * Restart librdkafka's fetcher if it may be at rest while the broker holds
+ * messages for us; returns whether it did.  The worker calls it when it has
+ * just found the local queue empty.
  *
- * This is librdkafka 2.0's fetcher at rest: when the local queue reaches
- * queued.min.messages or queued.max.messages.kbytes it stops fetching with
- * no deadline, and decides again only when its broker thread wakes for
- * another reason, at the latest after a second.  Draining a backlog, the
- * worker empties the queue in a few batches and then waits up to that
- * second with the broker full of messages (librdkafka 2.1 added
- * fetch.queue.backoff.ms for this).  No network.
+ * librdkafka 2.0 stops fetching a partition when the local queue reaches
+ * queued.min.messages or queued.max.messages.kbytes, with no deadline, and
+ * decides again only when its broker thread wakes for another reason, at
+ * the latest after a second (librdkafka 2.1 added fetch.queue.backoff.ms for
+ * this).  Draining a backlog, a worker empties the queue in a few batches
+ * and would then wait up to that second with the broker full of messages.
+ * So when the queue has come near those limits since it was last empty
+ * (queue_filled) and, now empty, some partition's position is below the end
+ * offset seen in the last fetch response, each such partition is sought,
+ * asynchronously, to its own position: the seek is an operation for the
+ * partition's broker thread, which wakes, fetches that partition from where
+ * the worker stands and decides again for its others.  Nothing is skipped
+ * or read twice: the position is the next offset the worker has not
+ * received, and what the seek purges was never handed out.  No network, no
+ * wait.
  */
 bool
-kafka_source_fetch_behind(KafkaSource *ks, int n, const int32 *partitions, int32 *partition)
+kafka_source_wake_fetcher(KafkaSource *ks, int n, const int32 *partitions)
 {
-	rd_kafka_topic_partition_list_t *list = rd_kafka_topic_partition_list_new(n);
-	bool		behind = false;
+	rd_kafka_topic_partition_list_t *list;
+	rd_kafka_topic_partition_list_t *behind;
+	rd_kafka_error_t *error;
 
+	if (!ks->queue_filled)
+		return false;
+	ks->queue_filled = false;
+
+	list = rd_kafka_topic_partition_list_new(n);
+	behind = rd_kafka_topic_partition_list_new(n);
 	for (int i = 0; i < n; i++)
 		rd_kafka_topic_partition_list_add(list, ks->topic, partitions[i]);
 	if (rd_kafka_position(ks->rk, list) == RD_KAFKA_RESP_ERR_NO_ERROR)
 	{
-		for (int i = 0; i < list->cnt && !behind; i++)
+		for (int i = 0; i < list->cnt; i++)
 		{
 			rd_kafka_topic_partition_t *tp = &list->elems[i];
 
 			if (tp->err == RD_KAFKA_RESP_ERR_NO_ERROR && tp->offset >= 0 &&
 				kafka_source_cached_high_watermark(ks, tp->partition) > tp->offset)
-			{
-				*partition = tp->partition;
-				behind = true;
-			}
+				rd_kafka_topic_partition_list_add(behind, ks->topic, tp->partition)->offset = tp->offset;
 		}
 	}
 	rd_kafka_topic_partition_list_destroy(list);
-	return behind;
-}
-
-/*
- * Wake the fetcher of a partition that kafka_source_fetch_behind found at
- * rest: a request to the partition's leader (the end offsets, which the
- * worker can use) wakes the broker thread, which then sees that the local
- * queue has room and fetches again.  Waits for the reply, at most
- * timeout_ms (one round trip when the broker is up).
- */
-void
-kafka_source_wake_fetcher(KafkaSource *ks, int32 partition, int timeout_ms)
-{
-	int64_t		lo,
-				hi;
-
-	(void) rd_kafka_query_watermark_offsets(ks->rk, ks->topic, partition, &lo, &hi, timeout_ms);
+	if (behind->cnt == 0)
+	{
+		rd_kafka_topic_partition_list_destroy(behind);
+		return false;
+	}
+	error = rd_kafka_seek_partitions(ks->rk, behind, 0);
+	if (error != NULL)
+		rd_kafka_error_destroy(error);	/* as if not woken: the fetcher resumes within a second */
+	rd_kafka_topic_partition_list_destroy(behind);
+	return error == NULL;
 }
 
 /* Tell the group what PostgreSQL committed, for Kafka tools; fire and forget. */

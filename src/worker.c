@@ -53,9 +53,6 @@
 #define SDP_PARTITION_REFRESH_MS	30000
 /* How often it probes a broker it lost. */
 #define SDP_BROKER_PROBE_MS		2000
-/* How soon, and at most how seldom, it wakes a fetcher at rest (wake_fetcher_if_behind). */
-#define SDP_FETCH_WAKE_MIN_MS	2
-#define SDP_FETCH_WAKE_MAX_MS	1000
 /* Backoff before running a batch again after an error not about the data. */
 #define SDP_RETRY_MIN_MS		100
 #define SDP_RETRY_MAX_MS		30000
@@ -699,28 +696,16 @@ worker_poll(FlowWorker *w)
 }
 
 /*
- * The local queue is empty: if the broker still holds messages for us,
- * librdkafka's fetcher is at rest (kafka_source_fetch_behind) and would
- * start again only when its thread next wakes, up to a second from now.
- * Wake it.  A partition can also look behind for good (its last offsets
- * are transaction markers, which are never handed out): the interval
- * doubles while waking brings nothing, so an idle flow sends at most one
- * request a second; messages reset it.
+ * The local queue is empty: if librdkafka's fetcher may be at rest while
+ * the broker holds messages for us, restart it (kafka_source_wake_fetcher),
+ * rather than wait up to a second for it to wake by itself.
  */
 static void
-wake_fetcher_if_behind(FlowWorker *w, TimestampTz now)
+wake_fetcher_if_behind(FlowWorker *w)
 {
-	int32		partition;
-
-	if (now < w->next_fetch_wake || kafka_source_is_down(w->kafka))
-		return;
-	if (kafka_source_fetch_behind(w->kafka, w->npartitions, w->partitions, &partition))
-	{
-		kafka_source_wake_fetcher(w->kafka, partition, 100);
+	if (!kafka_source_is_down(w->kafka) &&
+		kafka_source_wake_fetcher(w->kafka, w->npartitions, w->partitions))
 		w->fetcher_wakes++;
-		w->fetch_wake_ms = Min(Max(w->fetch_wake_ms * 2, SDP_FETCH_WAKE_MIN_MS), SDP_FETCH_WAKE_MAX_MS);
-	}
-	w->next_fetch_wake = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), w->fetch_wake_ms);
 }
 
 static void
@@ -771,13 +756,8 @@ worker_loop(FlowWorker *w)
 		}
 		periodic_work(w, now);
 
-		if (n > 0)
-		{
-			w->fetch_wake_ms = 0;
-			w->next_fetch_wake = 0;
-		}
-		else
-			wake_fetcher_if_behind(w, now);
+		if (n == 0)
+			wake_fetcher_if_behind(w);
 
 		if (n == 0)
 		{

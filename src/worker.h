@@ -143,8 +143,6 @@ typedef struct FlowWorker
 	TimestampTz next_watermarks;
 	TimestampTz next_partition_refresh;
 	TimestampTz next_broker_probe;
-	TimestampTz next_fetch_wake;	/* wake_fetcher_if_behind: not before */
-	int			fetch_wake_ms;	/* and its interval, 0 after messages */
 	int64		fetcher_wakes;	/* how often it woke the fetcher */
 	int			error_backoff_ms;
 

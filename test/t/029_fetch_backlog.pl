@@ -4,8 +4,9 @@
 # queued.min.messages (or queued.max.messages.kbytes), with no deadline, and
 # decides again only when its broker thread wakes for another reason, up to
 # a second later: a worker that empties the queue faster than that waits
-# with the broker full of messages.  The worker wakes the fetcher when it
-# finds the queue empty while the broker holds more (fetcherWakes in
+# with the broker full of messages.  The worker wakes the fetcher (an
+# asynchronous seek to its own position) when it finds the queue empty
+# after it had filled, while the broker holds more (fetcherWakes in
 # sdp_flow_progress counts it).  Here the local queue holds only 100
 # messages, so a 30,000-message backlog needs the fetcher restarted
 # hundreds of times: every message must arrive exactly once, and the
