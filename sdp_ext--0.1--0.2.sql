@@ -15,20 +15,67 @@ UPDATE sdp.flows f SET offsets_stored = true
 -- batches: by this index, not by scanning the table.
 CREATE INDEX dead_letters_created_at ON sdp.dead_letters (created_at);
 
--- Error texts only to the owner's roles (issue 11, item 4) -----------------
--- A flow's last_error quotes the values of the message it failed on.  As
--- pg_stat_activity does with query texts, every role sees every flow, but
--- only the owner's roles, pg_read_all_stats and superusers read its error
--- texts; others read '<insufficient privilege>' where there is one.
--- sdp_flow_runtime() masks the running workers' errors itself; the error of
--- a failed flow is kept in sdp.flows.last_error, whose column is no longer
--- readable by PUBLIC.
-REVOKE SELECT ON sdp.flows FROM PUBLIC;
-GRANT SELECT (id, name, source, target, schema, transform, operator, options, owner,
-              enabled, failed_at, watermark, created_at, offsets_stored)
-   ON sdp.flows TO PUBLIC;
+-- Owners by OID (issue 11, item 5) ------------------------------------------
+-- sdp.sources, sdp.flows and sdp.dead_letters keep their owner as a regrole:
+-- the role's OID, read and written by name (pg_dump and pg_restore carry
+-- it by name).  A role dropped after it declared a flow can no longer leave
+-- a flow behind that a new role of the same name would inherit: DROP ROLE
+-- of an owner is refused, REASSIGN OWNED and DROP OWNED take sdp_ext's
+-- objects along (the library's ProcessUtility hook, src/roles.c).
 
-CREATE OR REPLACE VIEW sdp.flow_status AS
+-- A row whose owner role no longer exists (dropped under 0.1) has no OID to
+-- keep: the update stops and says which, rather than guess.
+DO $$
+DECLARE
+    orphans text;
+BEGIN
+    SELECT string_agg(format('%s "%s" (role "%s")', kind, name, owner), ', ' ORDER BY kind, name)
+      INTO orphans
+      FROM (SELECT 'source' AS kind, s.name, s.owner FROM sdp.sources s
+            UNION ALL
+            SELECT 'flow', f.name, f.owner FROM sdp.flows f
+            UNION
+            SELECT 'dead letters of flow', d.flow, d.owner FROM sdp.dead_letters d) o
+     WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.rolname = o.owner);
+    IF orphans IS NOT NULL THEN
+        RAISE EXCEPTION 'cannot update sdp_ext to 0.2: some sources, flows or dead letters belong to roles that no longer exist'
+            USING ERRCODE = 'undefined_object',
+                  DETAIL = 'Without an owner: ' || orphans || '.',
+                  HINT = 'Create those roles again, or drop their flows and sources (sdp_drop_flow, sdp_drop_source) and delete their dead letters, then run ALTER EXTENSION sdp_ext UPDATE again.';
+    END IF;
+END
+$$;
+
+-- What depends on the owner columns goes and comes back around the change.
+DROP FUNCTION sdp_flow_status();
+DROP VIEW sdp.flow_status;
+DROP VIEW sdp.source_list;
+DROP POLICY dead_letters_owner ON sdp.dead_letters;
+
+-- quote_ident: regrole's input reads an identifier (a mixed-case name
+-- unquoted would be folded to lower case)
+ALTER TABLE sdp.sources ALTER COLUMN owner DROP DEFAULT,
+    ALTER COLUMN owner TYPE regrole USING pg_catalog.quote_ident(owner)::regrole;
+ALTER TABLE sdp.flows ALTER COLUMN owner DROP DEFAULT,
+    ALTER COLUMN owner TYPE regrole USING pg_catalog.quote_ident(owner)::regrole;
+ALTER TABLE sdp.dead_letters
+    ALTER COLUMN owner TYPE regrole USING pg_catalog.quote_ident(owner)::regrole;
+
+CREATE VIEW sdp.source_list AS
+SELECT s.name, s.bootstrap_servers, s.topic,
+       (SELECT coalesce(jsonb_object_agg(o.key,
+                 CASE WHEN o.key ~* '(password|secret|token|sasl\.oauthbearer\.config|key\.pem|jaas)'
+                      THEN '"********"'::jsonb ELSE o.value END), '{}'::jsonb)
+          FROM jsonb_each(s.options) o) AS options,
+       s.owner, s.created_at
+  FROM sdp.sources s
+ WHERE pg_has_role(s.owner, 'MEMBER');
+GRANT SELECT ON sdp.source_list TO PUBLIC;
+
+CREATE POLICY dead_letters_owner ON sdp.dead_letters
+    USING (pg_has_role(owner, 'MEMBER'));
+
+CREATE VIEW sdp.flow_status AS
 SELECT f.name AS flow,
        f.owner,
        f.source,
@@ -52,6 +99,7 @@ SELECT f.name AS flow,
        r.broker_ok,
        r.broker_error,
        r.broker_error_at,
+       -- the error of a failed flow only to the owner's roles (issue 11, item 4)
        CASE WHEN f.failed_at IS NULL THEN r.last_error
             WHEN pg_has_role(f.owner, 'USAGE') OR pg_has_role('pg_read_all_stats', 'USAGE') THEN f.last_error
             ELSE '<insufficient privilege>'
@@ -79,6 +127,24 @@ SELECT f.name AS flow,
           FROM sdp.offsets o
           LEFT JOIN sdp_flow_partitions(f.name) rp ON rp.partition = o.partition
          WHERE o.flow_id = f.id) p ON true;
+GRANT SELECT ON sdp.flow_status TO PUBLIC;
+
+CREATE FUNCTION sdp_flow_status()
+RETURNS SETOF sdp.flow_status LANGUAGE sql STABLE
+AS 'SELECT * FROM sdp.flow_status ORDER BY flow';
+
+-- Error texts only to the owner's roles (issue 11, item 4) -----------------
+-- A flow's last_error quotes the values of the message it failed on.  As
+-- pg_stat_activity does with query texts, every role sees every flow, but
+-- only the owner's roles, pg_read_all_stats and superusers read its error
+-- texts; others read '<insufficient privilege>' where there is one.
+-- sdp_flow_runtime() masks the running workers' errors itself; the error of
+-- a failed flow is kept in sdp.flows.last_error, whose column is no longer
+-- readable by PUBLIC, and masked in sdp.flow_status (above).
+REVOKE SELECT ON sdp.flows FROM PUBLIC;
+GRANT SELECT (id, name, source, target, schema, transform, operator, options, owner,
+              enabled, failed_at, watermark, created_at, offsets_stored)
+   ON sdp.flows TO PUBLIC;
 
 -- Skipping a message (issue 11, item 2)
 -- Messages a flow's owner asked it to skip with sdp_skip_message(): the

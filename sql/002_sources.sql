@@ -14,7 +14,7 @@ END $$;
 
 SELECT sdp_create_source('flights', '127.0.0.1:9', 'raw-flights',
                          '{"starting_offsets": "earliest", "client.rack": "r1", "fetch.wait.max.ms": 5}');
-SELECT name, bootstrap_servers, topic, options, owner = current_user AS mine FROM sdp.sources;
+SELECT name, bootstrap_servers, topic, options, owner = current_user::regrole AS mine FROM sdp.sources;
 
 SELECT pg_temp.refused($$SELECT sdp_create_source('flights', '127.0.0.1:9', 'other')$$);
 SELECT pg_temp.refused($$SELECT sdp_create_source('', '127.0.0.1:9', 'x')$$);

@@ -53,7 +53,8 @@ typedef struct AggArgs
 /* The flow a definition belongs to, as its declaration needs it. */
 typedef struct AggFlow
 {
-	char	   *owner;
+	Oid			owner;
+	char	   *owner_name;
 	char	   *schema;
 	char	   *transform;
 	char	   *event_time;
@@ -66,16 +67,21 @@ read_flow(const char *flow, AggFlow *f)
 	Oid			argtypes[1] = {TEXTOID};
 	Datum		values[1] = {CStringGetTextDatum(flow)};
 	char	   *op;
+	bool		isnull;
 
 	sdp_catalog_enter(&scope);
-	SPI_execute_with_args("SELECT owner, operator, schema, transform, options->>'event_time' "
-						  "FROM sdp.flows WHERE name = $1", 1, argtypes, values, NULL, true, 1);
+	SPI_execute_with_args(psprintf("SELECT owner::text, operator, schema, transform, options->>'event_time', %s "
+								   "FROM sdp.flows WHERE name = $1", sdp_owner_oid_sql("owner")),
+						  1, argtypes, values, NULL, true, 1);
 	sdp_catalog_leave(&scope);
 	if (SPI_processed == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
 				 errmsg("flow \"%s\" does not exist", flow)));
-	f->owner = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+	f->owner_name = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+	f->owner = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 6, &isnull));
+	if (isnull)
+		f->owner = InvalidOid;
 	op = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
 	f->schema = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3);
 	f->transform = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 4);
@@ -85,7 +91,7 @@ read_flow(const char *flow, AggFlow *f)
 				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
 				 errmsg("flow \"%s\" does not use operator window_agg", flow),
 				 errhint("Aggregations belong to a flow declared with operator => 'window_agg'.")));
-	sdp_check_owner(f->owner, "flow", flow);
+	sdp_check_owner(f->owner, f->owner_name, "flow", flow);
 }
 
 /* Window sizes, slides and allowances are at most this long (sdp_event_time_usable relies on it). */

@@ -14,6 +14,7 @@
 
 #include "access/htup_details.h"
 #include "access/relation.h"
+#include "catalog/dependency.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_authid.h"
 #include "catalog/pg_type.h"
@@ -70,19 +71,20 @@ required_text(FunctionCallInfo fcinfo, int argno, const char *argname)
 	return text_to_cstring(PG_GETARG_TEXT_PP(argno));
 }
 
-/* The current role may act on an object owned by owner: it is, or is a member of, the owner. */
+/*
+ * The current role may act on an object owned by owner (owner_name as the
+ * catalog shows it): it is, or is a member of, the owner.
+ */
 void
-sdp_check_owner(const char *owner, const char *what, const char *name)
+sdp_check_owner(Oid owner, const char *owner_name, const char *what, const char *name)
 {
-	Oid			owner_oid = get_role_oid(owner, true);
-
 	if (superuser())
 		return;
-	if (!OidIsValid(owner_oid) || !has_privs_of_role(GetUserId(), owner_oid))
+	if (!OidIsValid(owner) || !has_privs_of_role(GetUserId(), owner))
 		ereport(ERROR,
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 				 errmsg("must be owner of %s \"%s\"", what, name),
-				 errdetail("%s \"%s\" belongs to role \"%s\".", what[0] == 's' ? "Source" : "Flow", name, owner)));
+				 errdetail("%s \"%s\" belongs to role \"%s\".", what[0] == 's' ? "Source" : "Flow", name, owner_name)));
 }
 
 /* Run a catalog statement with text/other parameters inside a catalog scope. */
@@ -101,18 +103,38 @@ catalog_execute(const char *sql, int nargs, Oid *argtypes, Datum *values, const 
 	return rc;
 }
 
-/* The owner of a declared source or flow, or NULL when there is none of that name. */
-static char *
-lookup_owner(const char *table, const char *name)
+/*
+ * The owner of a declared source or flow, as an OID (invalid when a 0.1
+ * catalog names a role that is gone) and as the catalog shows it; false
+ * when there is none of that name.
+ */
+static bool
+lookup_owner(const char *table, const char *name, Oid *owner, char **owner_name)
 {
 	Oid			argtypes[1] = {TEXTOID};
 	Datum		values[1] = {CStringGetTextDatum(name)};
-	char	   *sql = psprintf("SELECT owner FROM sdp.%s WHERE name = $1", table);
+	char	   *sql = psprintf("SELECT %s, owner::text FROM sdp.%s WHERE name = $1",
+							   sdp_owner_oid_sql("owner"), table);
+	bool		isnull;
 
 	catalog_execute(sql, 1, argtypes, values, NULL, true);
 	if (SPI_processed == 0)
-		return NULL;
-	return SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+		return false;
+	*owner = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	if (isnull)
+		*owner = InvalidOid;
+	*owner_name = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
+	return true;
+}
+
+/*
+ * Lock the current role, as PostgreSQL does for an object it will own: a
+ * concurrent DROP ROLE then waits for the declaration, and sees it.
+ */
+static void
+lock_current_role(void)
+{
+	shdepLockAndCheckObject(AuthIdRelationId, GetUserId());
 }
 
 /* Kafka's own rule for topic names. */
@@ -140,8 +162,10 @@ sdp_create_source(PG_FUNCTION_ARGS)
 	char	   *topic;
 	Jsonb	   *options = PG_ARGISNULL(3) ? NULL : PG_GETARG_JSONB_P(3);
 	SdpSourceDef def;
-	Oid			argtypes[5] = {TEXTOID, TEXTOID, TEXTOID, JSONBOID, TEXTOID};
+	Oid			argtypes[5] = {TEXTOID, TEXTOID, TEXTOID, JSONBOID, OIDOID};
 	Datum		values[5];
+	Oid			owner;
+	char	   *owner_name;
 
 	sdp_require_shmem();
 	sdp_require_flow_database();
@@ -160,17 +184,19 @@ sdp_create_source(PG_FUNCTION_ARGS)
 	kafka_validate_properties(def.properties);
 
 	SPI_connect();
-	if (lookup_owner("sources", name) != NULL)
+	if (lookup_owner("sources", name, &owner, &owner_name))
 		ereport(ERROR,
 				(errcode(ERRCODE_DUPLICATE_OBJECT),
 				 errmsg("source \"%s\" already exists", name)));
+	lock_current_role();
 	values[0] = CStringGetTextDatum(name);
 	values[1] = CStringGetTextDatum(servers);
 	values[2] = CStringGetTextDatum(topic);
 	values[3] = options ? JsonbPGetDatum(options) : DirectFunctionCall1(jsonb_in, CStringGetDatum("{}"));
-	values[4] = CStringGetTextDatum(GetUserNameFromId(GetUserId(), false));
-	catalog_execute("INSERT INTO sdp.sources (name, bootstrap_servers, topic, options, owner) "
-					"VALUES ($1, $2, $3, $4, $5)", 5, argtypes, values, NULL, false);
+	values[4] = ObjectIdGetDatum(GetUserId());
+	catalog_execute(psprintf("INSERT INTO sdp.sources (name, bootstrap_servers, topic, options, owner) "
+							 "VALUES ($1, $2, $3, $4, %s)", sdp_owner_value_sql("$5")),
+					5, argtypes, values, NULL, false);
 	SPI_finish();
 	PG_RETURN_VOID();
 }
@@ -182,18 +208,18 @@ Datum
 sdp_drop_source(PG_FUNCTION_ARGS)
 {
 	char	   *name = checked_name(fcinfo, 0, "source");
-	char	   *owner;
+	Oid			owner;
+	char	   *owner_name;
 	Oid			argtypes[1] = {TEXTOID};
 	Datum		values[1] = {CStringGetTextDatum(name)};
 
 	sdp_require_shmem();
 	SPI_connect();
-	owner = lookup_owner("sources", name);
-	if (owner == NULL)
+	if (!lookup_owner("sources", name, &owner, &owner_name))
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
 				 errmsg("source \"%s\" does not exist", name)));
-	sdp_check_owner(owner, "source", name);
+	sdp_check_owner(owner, owner_name, "source", name);
 	catalog_execute("SELECT string_agg(name, ', ' ORDER BY name) FROM sdp.flows WHERE source = $1",
 					1, argtypes, values, NULL, true);
 	if (SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1) != NULL)
@@ -220,7 +246,8 @@ sdp_create_flow(PG_FUNCTION_ARGS)
 	char	   *transform_sql = PG_ARGISNULL(4) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(4));
 	char	   *operator_name = PG_ARGISNULL(5) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(5));
 	Jsonb	   *options = PG_ARGISNULL(6) ? NULL : PG_GETARG_JSONB_P(6);
-	char	   *source_owner;
+	Oid			owner;
+	char	   *owner_name;
 	char	   *role_name = GetUserNameFromId(GetUserId(), false);
 	const SdpOperator *op = NULL;
 	SdpFlowOptions opts;
@@ -234,7 +261,7 @@ sdp_create_flow(PG_FUNCTION_ARGS)
 	int			npk;
 	AttrNumber *pk;
 	HeapTuple	roletup;
-	Oid			argtypes[8] = {TEXTOID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, JSONBOID, TEXTOID};
+	Oid			argtypes[8] = {TEXTOID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, JSONBOID, OIDOID};
 	Datum		values[8];
 	char		nulls[8];
 
@@ -265,14 +292,13 @@ sdp_create_flow(PG_FUNCTION_ARGS)
 
 	SPI_connect();
 
-	source_owner = lookup_owner("sources", source);
-	if (source_owner == NULL)
+	if (!lookup_owner("sources", source, &owner, &owner_name))
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
 				 errmsg("source \"%s\" does not exist", source),
 				 errhint("Declare it first with sdp_create_source(name, bootstrap_servers, topic).")));
-	sdp_check_owner(source_owner, "source", source);
-	if (lookup_owner("flows", name) != NULL)
+	sdp_check_owner(owner, owner_name, "source", source);
+	if (lookup_owner("flows", name, &owner, &owner_name))
 		ereport(ERROR,
 				(errcode(ERRCODE_DUPLICATE_OBJECT),
 				 errmsg("flow \"%s\" already exists", name),
@@ -356,34 +382,57 @@ sdp_create_flow(PG_FUNCTION_ARGS)
 	values[6] = DirectFunctionCall2(jsonb_concat, values[6],
 									DirectFunctionCall1(jsonb_in,
 														CStringGetDatum(psprintf("{\"mode\": \"%s\"}", sdp_write_mode_name(opts.mode)))));
-	values[7] = CStringGetTextDatum(role_name);
-	catalog_execute("INSERT INTO sdp.flows (name, source, target, schema, transform, operator, options, owner) "
-					"VALUES ($1, $2, $3, $4, $5, $6, $7, $8)", 8, argtypes, values, nulls, false);
+	values[7] = ObjectIdGetDatum(GetUserId());
+	lock_current_role();
+	catalog_execute(psprintf("INSERT INTO sdp.flows (name, source, target, schema, transform, operator, options, owner) "
+							 "VALUES ($1, $2, $3, $4, $5, $6, $7, %s)", sdp_owner_value_sql("$8")),
+					8, argtypes, values, nulls, false);
 	SPI_finish();
 
 	sdp_wake_launcher_at_commit();
 	PG_RETURN_VOID();
 }
 
-/* Set a flow's wanted state (start / stop), or drop it. */
+/* Set a flow's wanted state (start / stop) by sql, or drop it (sql NULL). */
 static void
 change_flow(FunctionCallInfo fcinfo, const char *sql)
 {
 	char	   *name = checked_name(fcinfo, 0, "flow");
-	char	   *owner;
+	Oid			owner;
+	char	   *owner_name;
 	Oid			argtypes[1] = {TEXTOID};
 	Datum		values[1] = {CStringGetTextDatum(name)};
 
 	sdp_require_shmem();
 	SPI_connect();
-	owner = lookup_owner("flows", name);
-	if (owner == NULL)
+	if (!lookup_owner("flows", name, &owner, &owner_name))
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
 				 errmsg("flow \"%s\" does not exist", name)));
-	sdp_check_owner(owner, "flow", name);
-	catalog_execute(sql, 1, argtypes, values, NULL, false);
+	sdp_check_owner(owner, owner_name, "flow", name);
+	if (sql != NULL)
+		catalog_execute(sql, 1, argtypes, values, NULL, false);
+	else
+		sdp_delete_flows("name = $1", TEXTOID, values[0]);
 	SPI_finish();
+	sdp_wake_launcher_at_commit();
+}
+
+/*
+ * Delete the flows that match condition (SQL on sdp.flows with one
+ * parameter, $1 = arg), with their offsets, aggregations (both cascade)
+ * and state checkpoints; their dead letters stay.  SPI is connected.
+ */
+void
+sdp_delete_flows(const char *condition, Oid argtype, Datum arg)
+{
+	Oid			argtypes[1] = {argtype};
+	Datum		values[1] = {arg};
+
+	catalog_execute(psprintf("WITH f AS (DELETE FROM sdp.flows WHERE %s RETURNING id) "
+							 "DELETE FROM sdp.state_checkpoints WHERE flow_id IN (SELECT id FROM f)",
+							 condition),
+					1, argtypes, values, NULL, false);
 	sdp_wake_launcher_at_commit();
 }
 
@@ -407,8 +456,7 @@ sdp_stop_flow(PG_FUNCTION_ARGS)
 Datum
 sdp_drop_flow(PG_FUNCTION_ARGS)
 {
-	change_flow(fcinfo, "WITH f AS (DELETE FROM sdp.flows WHERE name = $1 RETURNING id) "
-				"DELETE FROM sdp.state_checkpoints WHERE flow_id IN (SELECT id FROM f)");
+	change_flow(fcinfo, NULL);
 	PG_RETURN_VOID();
 }
 
@@ -468,7 +516,8 @@ sdp_skip_message(PG_FUNCTION_ARGS)
 	char	   *name = checked_name(fcinfo, 0, "flow");
 	int32		partition = PG_GETARG_INT32(1);
 	int64		offset = PG_GETARG_INT64(2);
-	char	   *owner;
+	Oid			owner;
+	char	   *owner_name;
 	int64		flow_id;
 	int64		next;
 	bool		isnull;
@@ -483,12 +532,11 @@ sdp_skip_message(PG_FUNCTION_ARGS)
 				 errdetail("Kafka partitions and offsets are not negative.")));
 
 	SPI_connect();
-	owner = lookup_owner("flows", name);
-	if (owner == NULL)
+	if (!lookup_owner("flows", name, &owner, &owner_name))
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
 				 errmsg("flow \"%s\" does not exist", name)));
-	sdp_check_owner(owner, "flow", name);
+	sdp_check_owner(owner, owner_name, "flow", name);
 	values[0] = CStringGetTextDatum(name);
 	argtypes[0] = TEXTOID;
 	catalog_execute("SELECT id FROM sdp.flows WHERE name = $1", 1, argtypes, values, NULL, true);

@@ -44,20 +44,27 @@ message_timestamp(rd_kafka_message_t *m, TimestampTz *ts)
 	return true;
 }
 
-/* The statement that writes a dead letter (in a catalog scope, with SPI connected). */
+/*
+ * The statement that writes a dead letter (in a catalog scope, with SPI
+ * connected).  The owner is the flow's, copied from sdp.flows: the same
+ * statement holds for owners by name (0.1) and by OID (0.2), and a flow
+ * given to another role (REASSIGN OWNED) has its dead letters go to it.
+ * A dropped flow's batch never commits (its offsets' foreign key).
+ */
 void
 sdp_dead_letters_prepare(FlowWorker *w)
 {
-	Oid			types[13] = {TEXTOID, TEXTOID, TEXTOID, INT4OID, INT8OID, TEXTOID,
+	Oid			types[12] = {TEXTOID, TEXTOID, INT4OID, INT8OID, TEXTOID,
 		TIMESTAMPTZOID, BYTEAOID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, INT8OID};
 
 	/* a message replayed after a restart is dead-lettered once */
 	w->dead_letter_plan = SPI_prepare("INSERT INTO sdp.dead_letters (flow_id, flow, owner, kafka_topic, kafka_partition, "
 									  "kafka_offset, kafka_key, kafka_timestamp, payload, payload_text, stage, error, sqlstate) "
-									  "VALUES ($13, $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) "
+									  "SELECT $12, $1, f.owner, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11 "
+									  "  FROM sdp.flows f WHERE f.id = $12 "
 									  "ON CONFLICT (flow_id, kafka_partition, kafka_offset) WHERE kafka_offset IS NOT NULL "
 									  "DO NOTHING",
-									  13, types);
+									  12, types);
 	if (w->dead_letter_plan == NULL)
 		elog(ERROR, "could not prepare the dead letter statement: %s", SPI_result_code_string(SPI_result));
 	SPI_keepplan(w->dead_letter_plan);
@@ -115,8 +122,8 @@ static void
 write_dead_letter(FlowWorker *w, DeadLetter *dl)
 {
 	rd_kafka_message_t *m = dl->msg;
-	Datum		values[13];
-	char		nulls[13];
+	Datum		values[12];
+	char		nulls[12];
 	bytea	   *payload;
 	const char *bytes = m ? m->payload : dl->row_text;
 	size_t		len = m ? m->len : strlen(dl->row_text);
@@ -124,43 +131,42 @@ write_dead_letter(FlowWorker *w, DeadLetter *dl)
 
 	memset(nulls, ' ', sizeof(nulls));
 	values[0] = CStringGetTextDatum(w->args.name);
-	values[1] = CStringGetTextDatum(w->owner_name);
-	values[2] = CStringGetTextDatum(w->source.topic);
+	values[1] = CStringGetTextDatum(w->source.topic);
 	if (m)
 	{
-		values[3] = Int32GetDatum(m->partition);
-		values[4] = Int64GetDatum(m->offset);
+		values[2] = Int32GetDatum(m->partition);
+		values[3] = Int64GetDatum(m->offset);
 		if (sdp_bytes_are_text(m->key, m->key_len))
-			values[5] = PointerGetDatum(cstring_to_text_with_len(m->key, (int) m->key_len));
+			values[4] = PointerGetDatum(cstring_to_text_with_len(m->key, (int) m->key_len));
+		else
+			nulls[4] = 'n';
+		if (message_timestamp(m, &ts))
+			values[5] = TimestampTzGetDatum(ts);
 		else
 			nulls[5] = 'n';
-		if (message_timestamp(m, &ts))
-			values[6] = TimestampTzGetDatum(ts);
-		else
-			nulls[6] = 'n';
 	}
 	else
 	{
 		/* a row the operator emitted: it comes from no single message */
-		nulls[3] = nulls[4] = nulls[5] = nulls[6] = 'n';
+		nulls[2] = nulls[3] = nulls[4] = nulls[5] = 'n';
 	}
 	payload = palloc(VARHDRSZ + len);
 	SET_VARSIZE(payload, VARHDRSZ + len);
 	if (len > 0)
 		memcpy(VARDATA(payload), bytes, len);
-	values[7] = PointerGetDatum(payload);
+	values[6] = PointerGetDatum(payload);
 	if (sdp_bytes_are_text(bytes, len))
-		values[8] = PointerGetDatum(cstring_to_text_with_len(bytes, (int) len));
+		values[7] = PointerGetDatum(cstring_to_text_with_len(bytes, (int) len));
 	else
-		nulls[8] = 'n';
-	values[9] = CStringGetTextDatum(dl->stage);
-	values[10] = CStringGetTextDatum(dl->error);
+		nulls[7] = 'n';
+	values[8] = CStringGetTextDatum(dl->stage);
+	values[9] = CStringGetTextDatum(dl->error);
 	/* a message skipped on request raised no error */
 	if (dl->sqlstate != 0)
-		values[11] = CStringGetTextDatum(unpack_sql_state(dl->sqlstate));
+		values[10] = CStringGetTextDatum(unpack_sql_state(dl->sqlstate));
 	else
-		nulls[11] = 'n';
-	values[12] = Int64GetDatum(w->args.flow_id);
+		nulls[10] = 'n';
+	values[11] = Int64GetDatum(w->args.flow_id);
 	if (SPI_execute_plan(w->dead_letter_plan, values, nulls, false, 0) != SPI_OK_INSERT)
 		elog(ERROR, "could not write a dead letter");
 }

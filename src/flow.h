@@ -120,6 +120,7 @@ extern void sdp_catalog_leave(SdpCatalogScope *scope);
 extern void sdp_require_flow_database(void);
 
 /* api.c */
-extern void sdp_check_owner(const char *owner, const char *what, const char *name);
+extern void sdp_check_owner(Oid owner, const char *owner_name, const char *what, const char *name);
+extern void sdp_delete_flows(const char *condition, Oid argtype, Datum arg);
 
 #endif							/* SDP_FLOW_H */

@@ -96,6 +96,7 @@ static void launcher_detach_shmem(int code, Datum arg);
 static bool launcher_extension_installed(void);
 static void launcher_reconcile(void);
 static void launcher_stop_all(void);
+static void publish_no_owners(void);
 static void launcher_prune_dead_letters(void);
 static long launcher_sleep_ms(void);
 
@@ -160,6 +161,7 @@ sdp_launcher_main(Datum main_arg)
 		{
 			/* DROP EXTENSION: no flow may run without its catalogs */
 			launcher_stop_all();
+			publish_no_owners();
 			pgstat_report_activity(STATE_IDLE, "waiting for CREATE EXTENSION sdp_ext");
 			continue;
 		}
@@ -209,22 +211,56 @@ launcher_detach_shmem(int code, Datum arg)
 	LWLockRelease(SdpShmem->lock);
 }
 
-/* Read sdp.flows: every declared flow, whether it should run, and its owner. */
+/*
+ * Read sdp.flows: every declared flow, whether it should run, and its owner
+ * (by OID, InvalidOid when its role is gone: a 0.1 catalog keeps owners by
+ * name).  Also publish which roles own flows or sources, for DROP ROLE in
+ * other databases (roles.c).
+ */
 static WantedFlow *
 read_flows(int *nflows)
 {
 	SdpCatalogScope scope;
 	WantedFlow *flows = NULL;
+	Oid			owners[SDP_MAX_OWNERS];
+	int32		counts[SDP_MAX_OWNERS];
+	int			nowners;
+	bool		overflow;
 
 	*nflows = 0;
 	SPI_connect();
 	PushActiveSnapshot(GetTransactionSnapshot());
 	sdp_catalog_enter(&scope);
-	if (SPI_execute("SELECT f.id, f.name, f.enabled AND f.failed_at IS NULL, r.oid, f.owner, r.rolcanlogin "
-					"  FROM sdp.flows f LEFT JOIN pg_catalog.pg_roles r ON r.rolname = f.owner "
-					" ORDER BY f.id", true, 0) != SPI_OK_SELECT)
+	if (SPI_execute(psprintf("SELECT o.own, count(*) FROM ("
+							 "  SELECT %s AS own FROM sdp.flows UNION ALL SELECT %s FROM sdp.sources) o"
+							 " WHERE o.own IS NOT NULL GROUP BY o.own ORDER BY o.own",
+							 sdp_owner_oid_sql("owner"), sdp_owner_oid_sql("owner")),
+					true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not read the owners of sdp.flows and sdp.sources");
+	overflow = SPI_processed > SDP_MAX_OWNERS;
+	nowners = (int) Min(SPI_processed, SDP_MAX_OWNERS);
+	for (int i = 0; i < nowners; i++)
+	{
+		bool		isnull;
+
+		owners[i] = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));
+		counts[i] = (int32) Min(DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2, &isnull)),
+								PG_INT32_MAX);
+	}
+	if (SPI_execute(psprintf("SELECT f.id, f.name, f.enabled AND f.failed_at IS NULL, r.oid, f.owner::text, r.rolcanlogin "
+							 "  FROM sdp.flows f LEFT JOIN pg_catalog.pg_roles r ON r.oid = %s "
+							 " ORDER BY f.id", sdp_owner_oid_sql("f.owner")),
+					true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read sdp.flows");
 	sdp_catalog_leave(&scope);
+
+	LWLockAcquire(SdpShmem->lock, LW_EXCLUSIVE);
+	memcpy(SdpShmem->owners, owners, sizeof(Oid) * nowners);
+	memcpy(SdpShmem->owner_objects, counts, sizeof(int32) * nowners);
+	SdpShmem->nowners = nowners;
+	SdpShmem->owners_overflow = overflow;
+	SdpShmem->owners_published = true;
+	LWLockRelease(SdpShmem->lock);
 
 	flows = MemoryContextAllocZero(TopTransactionContext, sizeof(WantedFlow) * Max(SPI_processed, 1));
 	for (uint64 i = 0; i < SPI_processed; i++)
@@ -249,6 +285,17 @@ read_flows(int *nflows)
 	return flows;
 }
 
+/* No flow or source has an owner (the extension is not installed). */
+static void
+publish_no_owners(void)
+{
+	LWLockAcquire(SdpShmem->lock, LW_EXCLUSIVE);
+	SdpShmem->nowners = 0;
+	SdpShmem->owners_overflow = false;
+	SdpShmem->owners_published = true;
+	LWLockRelease(SdpShmem->lock);
+}
+
 /* Register the worker of a flow in its slot; on failure the slot waits out a backoff. */
 static void
 start_worker(int slotno, WantedFlow *f)
@@ -264,8 +311,11 @@ start_worker(int slotno, WantedFlow *f)
 	if (!f->owner_can_login)
 	{
 		/* its worker could not log in: say so, and look again in a while */
-		char	   *error = psprintf("the flow's owner \"%s\" cannot log in (NOLOGIN): a flow's worker logs in as its owner",
-									 f->owner_name);
+		char	   *error = OidIsValid(f->owner) ?
+			psprintf("the flow's owner \"%s\" cannot log in (NOLOGIN): a flow's worker logs in as its owner",
+					 f->owner_name) :
+			psprintf("the flow's owner \"%s\" does not exist (the role was dropped): a flow's worker logs in as its owner; drop the flow with sdp_drop_flow()",
+					 f->owner_name);
 		TimestampTz next = TimestampTzPlusMilliseconds(now, SDP_NOLOGIN_RETRY_MS);
 
 		SpinLockAcquire(&slot->mutex);
@@ -350,6 +400,7 @@ typedef struct SlotView
 	SdpFlowState state;
 	pid_t		pid;
 	int64		flow_id;
+	Oid			owner;
 	TimestampTz registered_at;
 	TimestampTz started_at;
 	TimestampTz exited_at;
@@ -364,6 +415,7 @@ slot_view(SdpFlowSlot *slot, SlotView *v)
 	v->state = slot->state;
 	v->pid = slot->pid;
 	v->flow_id = slot->flow_id;
+	v->owner = slot->owner;
 	v->registered_at = slot->registered_at;
 	v->started_at = slot->started_at;
 	v->exited_at = slot->exited_at;
@@ -452,9 +504,13 @@ launcher_reconcile(void)
 			slot_flow_ids[s] = v.flow_id;
 		gone = (v.state == SDP_FLOW_RESTARTING) || worker_gone(s, &v, now);
 
-		if (f == NULL || !f->wanted || f->id != slot_flow_ids[s] || !OidIsValid(f->owner))
+		if (f == NULL || !f->wanted || f->id != slot_flow_ids[s] || f->owner != v.owner)
 		{
-			/* not wanted (any more): stop the worker, and free the slot once it has gone */
+			/*
+			 * not wanted (any more), or given to another role (REASSIGN
+			 * OWNED) or its role gone: stop the worker, and free the slot
+			 * once it has gone (a flow still wanted starts again below)
+			 */
 			if (!gone)
 			{
 				stop_worker(s, &v);
@@ -509,7 +565,7 @@ launcher_reconcile(void)
 		WantedFlow *f = &flows[i];
 		int			s;
 
-		if (f->seen || !f->wanted || !OidIsValid(f->owner))
+		if (f->seen || !f->wanted)
 			continue;
 		s = sdp_slot_allocate(f->name);
 		if (s < 0)

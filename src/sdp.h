@@ -10,6 +10,7 @@
  *					deletes dead letters past their retention
  *	catalog.c		reads and writes the sdp.* catalog tables on the extension's behalf
  *	api.c			SQL-callable declaration functions (sources and flows)
+ *	roles.c			owners by OID: DROP ROLE, REASSIGN OWNED, DROP OWNED (ProcessUtility hook)
  *	status.c		SQL-callable monitoring (flow status, progress)
  *	worker.c		the flow worker's life and loop (worker_args.h: what the launcher passes it)
  *	batch.c			one batch's pipeline: decode, transform, operate, write, offsets, commit
@@ -48,6 +49,8 @@
 #define SDP_INSUFFICIENT_PRIVILEGE	"<insufficient privilege>"
 /* Flows waiting for a free slot (past sdp.max_flows) that sdp.flow_status names. */
 #define SDP_MAX_WAITING			64
+/* Roles owning flows or sources that the launcher publishes for DROP ROLE in other databases. */
+#define SDP_MAX_OWNERS			256
 
 /* GUCs (sdp_main.c) */
 extern char *sdp_database;
@@ -134,7 +137,7 @@ typedef struct SdpFlowSlot
 	SdpFlowState state;
 	pid_t		pid;			/* worker pid, 0 when none */
 	int64		flow_id;		/* sdp.flows.id of the flow the launcher started */
-	Oid			owner;			/* the flow's owner: who may read last_error */
+	Oid			owner;			/* the role the launcher started its worker as: who may read last_error */
 	bool		stop_requested; /* the launcher asks the worker to exit (SetLatch on latch) */
 	uint64		generation;		/* bumped on each worker start */
 	TimestampTz registered_at;
@@ -187,6 +190,16 @@ typedef struct SdpShared
 	/* guarded by lock: enabled flows the launcher found no free slot for (the first SDP_MAX_WAITING) */
 	int			nwaiting;
 	char		waiting[SDP_MAX_WAITING][NAMEDATALEN];
+	/*
+	 * guarded by lock: the roles owning flows or sources in sdp.database and
+	 * how many, as the launcher last read them; DROP ROLE run in another
+	 * database reads them (roles.c).  owners_overflow: more roles than fit.
+	 */
+	bool		owners_published;
+	bool		owners_overflow;
+	int			nowners;
+	Oid			owners[SDP_MAX_OWNERS];
+	int32		owner_objects[SDP_MAX_OWNERS];
 	SdpFlowSlot slots[FLEXIBLE_ARRAY_MEMBER];
 } SdpShared;
 
@@ -225,6 +238,12 @@ sdp_timestamp_text(TimestampTz t)
 {
 	return pstrdup(timestamptz_to_str(t));
 }
+
+/* roles.c */
+extern void sdp_install_utility_hook(void);
+extern bool sdp_owners_by_oid(void);
+extern char *sdp_owner_oid_sql(const char *column);
+extern char *sdp_owner_value_sql(const char *param);
 
 /* launcher.c */
 extern void sdp_register_launcher(void);

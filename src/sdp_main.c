@@ -1,6 +1,7 @@
 /*
  * sdp_main.c
- *		Entry point of the library: GUCs, shared memory hooks and the launcher.
+ *		Entry point of the library: GUCs, shared memory hooks, the
+ *		ProcessUtility hook (roles.c) and the launcher.
  *
  * sdp_ext must be in shared_preload_libraries: its launcher is a static
  * background worker and its flow slots live in shared memory, both of which
@@ -47,6 +48,7 @@ _PG_init(void)
 	shmem_request_hook = sdp_shmem_request_hook;
 	prev_shmem_startup_hook = shmem_startup_hook;
 	shmem_startup_hook = sdp_shmem_startup_hook;
+	sdp_install_utility_hook();
 
 	sdp_register_launcher();
 }

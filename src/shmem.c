@@ -18,6 +18,9 @@
  *	  work.
  *	- launcher_pid and launcher_latch are written by the launcher under the
  *	  LWLock (exclusive) and read under it (shared).
+ *	- The owners of flows and sources (owners, owner_objects, nowners,
+ *	  owners_published, owners_overflow) likewise: the launcher writes them at
+ *	  each pass, DROP ROLE in another database reads them (roles.c).
  */
 #include "sdp.h"
 

@@ -412,9 +412,8 @@ copy_state(dsa_handle area, dshash_table_handle table, MemoryContext cxt)
  * of pg_read_all_stats.
  */
 static void
-check_state_reader(const char *owner, const char *name)
+check_state_reader(Oid owner_oid, const char *owner, const char *name)
 {
-	Oid			owner_oid = get_role_oid(owner, true);
 	Oid			me = GetUserId();
 
 	if (superuser() ||
@@ -451,6 +450,8 @@ sdp_flow_state(PG_FUNCTION_ARGS)
 	SdpCatalogScope scope;
 	char	   *opname;
 	bool		found;
+	bool		isnull;
+	Oid			owner;
 	int			s;
 
 	sdp_require_shmem();
@@ -459,14 +460,18 @@ sdp_flow_state(PG_FUNCTION_ARGS)
 	/* the flow's operator and owner, read with search_path pinned: the caller's operators must not match */
 	SPI_connect();
 	sdp_catalog_enter(&scope);
-	found = SPI_execute_with_args("SELECT operator, owner FROM sdp.flows WHERE name = $1", 1, argtypes, args, NULL, true, 1) == SPI_OK_SELECT &&
+	found = SPI_execute_with_args(psprintf("SELECT operator, owner::text, %s FROM sdp.flows WHERE name = $1",
+										   sdp_owner_oid_sql("owner")),
+								  1, argtypes, args, NULL, true, 1) == SPI_OK_SELECT &&
 		SPI_processed == 1;
 	sdp_catalog_leave(&scope);
 	if (!found)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
 				 errmsg("flow \"%s\" does not exist", name)));
-	check_state_reader(SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2), name);
+	owner = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &isnull));
+	check_state_reader(isnull ? InvalidOid : owner,
+					   SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2), name);
 	opname = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
 	if (opname)
 		op = sdp_find_operator(opname);

@@ -278,7 +278,6 @@ load_declaration(FlowWorker *w)
 			   *source_options;
 	List	   *names;
 
-	w->owner_name = MemoryContextStrdup(w->flow_cxt, GetUserNameFromId(w->args.owner, false));
 	sdp_catalog_enter(&scope);
 	if (SPI_execute_with_args("SELECT f.source, f.target, f.schema, f.transform, f.operator, f.options, "
 							  "       f.enabled, f.failed_at IS NOT NULL, "

@@ -94,7 +94,6 @@ typedef struct FlowWorker
 	char	   *transform_sql;
 	char	   *operator_name;
 	char	   *target_name;
-	char	   *owner_name;
 	Oid			target;
 	SdpTransform transform;
 	SdpSink		sink;

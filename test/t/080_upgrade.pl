@@ -76,7 +76,7 @@ ok($node->poll_query_until('postgres', "SELECT aircraft_count = 3 FROM zone_aler
 # restart mid-stream, on the 0.1 catalogs
 my $producer = SdpKafka::start_flightsim(
 	bootstrap => $broker->bootstrap, topic => 'raw-flights',
-	args => [ '--count', 20000, '--rate', 2000, '--seed', 5, '--aircraft', 200 ]);
+	args => [ '--count', 40000, '--rate', 2000, '--seed', 5, '--aircraft', 200 ]);
 ok($node->poll_query_until('postgres', 'SELECT count(*) > 3000 FROM events'), 'streaming on 0.1');
 $node->restart;
 ok($producer->running, 'restart 1 happened mid-stream');
@@ -87,8 +87,8 @@ zone_in(qw(a4 a1));
 ok($node->poll_query_until('postgres', "SELECT aircraft_count = 4 FROM zone_alerts WHERE zone = 'Z'"),
 	'0.1, after restart 1: zone counts 4 (state restored, a1 only refreshed)');
 my $report1 = $producer->finish;
-is($report1->{delivered}, 20000, 'producer 1 delivered 20,000');
-ok(SdpTest::wait_consumed($node, 'events_flow', 20000), '0.1: events_flow consumed producer 1');
+is($report1->{delivered}, 40000, 'producer 1 delivered 40,000');
+ok(SdpTest::wait_consumed($node, 'events_flow', 40000), '0.1: events_flow consumed producer 1');
 
 # the update, with the flows running
 SdpTest::query($node, 'ALTER EXTENSION sdp_ext UPDATE');
@@ -103,18 +103,18 @@ ok($node->poll_query_until('postgres', "SELECT aircraft_count = 5 FROM zone_aler
 # restart again, on the 0.2 catalogs, with more messages coming
 my $producer2 = SdpKafka::start_flightsim(
 	bootstrap => $broker->bootstrap, topic => 'raw-flights',
-	args => [ '--count', 20000, '--rate', 2000, '--seed', 6, '--aircraft', 200, '--seq-start', 20000 ]);
-ok($node->poll_query_until('postgres', 'SELECT count(*) > 23000 FROM events'), 'streaming on 0.2');
+	args => [ '--count', 40000, '--rate', 2000, '--seed', 6, '--aircraft', 200, '--seq-start', 40000 ]);
+ok($node->poll_query_until('postgres', 'SELECT count(*) > 43000 FROM events'), 'streaming on 0.2');
 $node->restart;
 ok($producer2->running, 'restart 2 happened mid-stream');
 zone_in(qw(a6 a2));
 my $report2 = $producer2->finish;
-is($report2->{delivered}, 20000, 'producer 2 delivered 20,000');
+is($report2->{delivered}, 40000, 'producer 2 delivered 40,000');
 
 my %per_partition;
 $per_partition{$_} += $report1->{partitions}{$_} for keys %{ $report1->{partitions} };
 $per_partition{$_} += $report2->{partitions}{$_} for keys %{ $report2->{partitions} };
-ok(SdpTest::wait_consumed($node, 'events_flow', 40000), 'events_flow consumed everything');
+ok(SdpTest::wait_consumed($node, 'events_flow', 80000), 'events_flow consumed everything');
 SdpTest::assert_exactly_once($node, 'events', \%per_partition, 'append across the upgrade');
 ok($node->poll_query_until('postgres', "SELECT aircraft_count = 6 FROM zone_alerts WHERE zone = 'Z'"),
 	'zone counts 6 after the upgrade and two restarts');
