@@ -247,6 +247,33 @@ restore_pending(FlowWorker *w)
 }
 
 /*
+ * Whether the flow has run: it has stored offsets (its first assignment
+ * stores them).  Outside any transaction; runs one of its own.
+ */
+bool
+sdp_flow_has_run(FlowWorker *w)
+{
+	SdpCatalogScope scope;
+	Oid			argtypes[1] = {INT8OID};
+	Datum		values[1] = {Int64GetDatum(w->args.flow_id)};
+	bool		has_run;
+
+	sdp_start_transaction();
+	SPI_connect();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	sdp_catalog_enter(&scope);
+	if (SPI_execute_with_args("SELECT 1 FROM sdp.offsets WHERE flow_id = $1 LIMIT 1",
+							  1, argtypes, values, NULL, true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not read sdp.offsets");
+	has_run = SPI_processed > 0;
+	sdp_catalog_leave(&scope);
+	PopActiveSnapshot();
+	SPI_finish();
+	CommitTransactionCommand();
+	return has_run;
+}
+
+/*
  * Wait, re-checking every second and responsive to stop requests, while a
  * restore of the flow is incomplete (restore_pending), saying why in
  * sdp.flow_status.last_error.  Runs outside any transaction.

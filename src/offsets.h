@@ -9,6 +9,7 @@
 
 extern void sdp_offsets_prepare(FlowWorker *w);
 extern void sdp_wait_for_restore(FlowWorker *w);
+extern bool sdp_flow_has_run(FlowWorker *w);
 extern void sdp_assign_partitions(FlowWorker *w, int n, int32 *partitions);
 extern void sdp_store_offsets(FlowWorker *w, int n, const int32 *partitions,
 							  const int64 *offsets, bool fresh);

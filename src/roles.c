@@ -80,6 +80,8 @@ sdp_owners_by_oid(void)
 
 	if (!OidIsValid(rel))
 		return true;
+	/* wait for an update in progress, and read the column as it committed */
+	LockRelationOid(rel, AccessShareLock);
 	att = get_attnum(rel, "owner");
 	return att == InvalidAttrNumber || get_atttype(rel, att) == REGROLEOID;
 }

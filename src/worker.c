@@ -111,6 +111,8 @@ sdp_flow_worker_main(Datum main_arg)
 	SetConfigOption("application_name", psprintf("sdp flow %s", w->args.name),
 					PGC_USERSET, PGC_S_SESSION);
 
+	/* a restored flow's offsets, state and target rows first (before its declaration is checked) */
+	sdp_wait_for_restore(w);
 	worker_load_flow(w);
 
 	/* Running from here on; a broker that cannot be reached shows as broker_ok = false. */
@@ -403,9 +405,18 @@ worker_load_flow(FlowWorker *w)
 
 	if (edata != NULL)
 	{
-		if (is_declaration_error(edata->sqlerrcode))
+		/*
+		 * A declaration that no longer holds fails a flow that never ran.  A
+		 * flow that has run (it has offsets) is retried instead, with the
+		 * reason in the status, as a running flow is when a privilege is
+		 * revoked: its target or privileges are being changed, or a restore
+		 * has not put back its target's primary key or its grants yet
+		 * (pg_dump adds them after all data), and it resumes by itself once
+		 * they are back.
+		 */
+		if (is_declaration_error(edata->sqlerrcode) && !sdp_flow_has_run(w))
 			worker_fail(w, edata->message);
-		/* not about the declaration: exit with the error, and let the launcher retry */
+		/* not about the declaration, or a flow that has run: exit with the error, and let the launcher retry */
 		sdp_worker_set_error(w, edata->message);
 		ReThrowError(edata);
 	}
@@ -440,9 +451,7 @@ worker_open_source(FlowWorker *w)
 	}
 	sdp_worker_set_broker(w, true, NULL);
 	MemoryContextSwitchTo(oldcxt);
-	/* a restored flow's offsets and state first (a stateful flow reads its state now) */
-	sdp_wait_for_restore(w);
-	/* the messages its owner asked to skip: restored with the rest, if it was */
+	/* the messages its owner asked to skip (restored with the rest, if it was) */
 	sdp_skips_reload(w);
 	if (w->op)
 		sdp_stateful_restore(w);
@@ -628,8 +637,10 @@ worker_run_batch(FlowWorker *w, Batch *b)
 			case SDP_BATCH_COMMITTED:
 				w->error_backoff_ms = 0;
 				sdp_batch_account(w, b);
-				if (retried)
+				/* the error of a retry, or of an earlier worker of the flow, is over */
+				if (retried || !w->committed_once)
 					worker_set_state(w, SDP_FLOW_RUNNING, true);
+				w->committed_once = true;
 				pgstat_report_activity(STATE_IDLE, NULL);
 				return;
 			case SDP_BATCH_FAIL:

@@ -143,6 +143,7 @@ typedef struct FlowWorker
 	TimestampTz next_partition_refresh;
 	TimestampTz next_broker_probe;
 	int64		fetcher_wakes;	/* how often it woke the fetcher */
+	bool		committed_once; /* a batch of this worker has committed */
 	int			error_backoff_ms;
 
 	/* skip requests (skip.c), sorted by partition and offset */

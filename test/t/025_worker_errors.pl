@@ -2,9 +2,11 @@
 # and stateful alike (one batch path): a batch that cannot be written is
 # retried with a backoff that doubles from 100 ms, says in the log the wait
 # it waits, and starts again from 100 ms after the next commit.  A
-# declaration that no longer holds when a worker starts fails the flow with
-# the reason, after rolling back what loading had opened (no relcache
-# reference or snapshot left behind: the server warns of those at commit).
+# declaration that no longer holds when a worker starts is retried with the
+# reason for a flow that has run (it resumes once the cause is gone), and
+# fails a flow that never ran; either way after rolling back what loading
+# had opened (no relcache reference or snapshot left behind: the server
+# warns of those at commit).
 use strict;
 use warnings FATAL => 'all';
 use lib 'test/perl';
@@ -118,24 +120,54 @@ ok(consumed_by_both(4), 'and goes on once the lock is released');
 is(SdpTest::query($node, "SELECT state || '|' || coalesce(last_error, '') FROM sdp.flow_status WHERE flow = 'plain'"),
 	'running|', 'running again');
 
-# 3. A declaration that fails when the worker loads it: the flow fails with
-# the reason, and nothing opened by the failed load is left behind.
+# 3. A declaration that no longer holds when the worker loads it.  Flows that
+# have run are retried with the reason ('restarting'), as a running flow is
+# when a privilege is revoked, and resume once the cause is gone (a restore
+# puts a target's primary key and grants back only after all data).
 SdpTest::query($node, "SELECT sdp_stop_flow('zc'); SELECT sdp_stop_flow('plain')");
 ok($node->poll_query_until('postgres',
 		"SELECT count(*) = 0 FROM pg_stat_activity WHERE application_name LIKE 'sdp flow %'"),
 	'both workers stopped');
 $offset = -s $node->logfile;
 # the operator's validation fails after the target is open (it lost its count column)
-SdpTest::query($node, 'ALTER TABLE zone_alerts DROP COLUMN aircraft_count');
+SdpTest::query($node, 'ALTER TABLE zone_alerts RENAME COLUMN aircraft_count TO n_aircraft');
 SdpTest::query($node, 'REVOKE INSERT ON t_plain FROM app');
 SdpTest::query($node, "SELECT sdp_start_flow('zc'); SELECT sdp_start_flow('plain')");
 ok($node->poll_query_until('postgres',
-		"SELECT state = 'failed' AND last_error LIKE '%aircraft_count%' FROM sdp.flow_status WHERE flow = 'zc'"),
-	'the stateful flow fails at load with the reason');
+		"SELECT state = 'restarting' AND last_error LIKE '%aircraft_count%' FROM sdp.flow_status WHERE flow = 'zc'"),
+	'the stateful flow that has run retries its load, with the reason');
 ok($node->poll_query_until('postgres',
-		"SELECT state = 'failed' AND last_error LIKE '%permission denied%' FROM sdp.flow_status WHERE flow = 'plain'"),
-	'the stateless flow fails at load with the reason');
-is(SdpTest::query($node, "SELECT count(*) FROM sdp.flows WHERE failed_at IS NOT NULL"), '2', 'both failures are persisted');
+		"SELECT state = 'restarting' AND last_error LIKE '%permission denied%' FROM sdp.flow_status WHERE flow = 'plain'"),
+	'the stateless flow that has run retries its load, with the reason');
+ok($node->poll_query_until('postgres', "SELECT min(restarts) >= 2 FROM sdp.flow_status WHERE flow IN ('zc', 'plain')"),
+	'both tried again');
+is(SdpTest::query($node, "SELECT count(*) FROM sdp.flows WHERE failed_at IS NOT NULL"), '0', 'neither is failed');
+produce_one();
+SdpTest::query($node, 'ALTER TABLE zone_alerts RENAME COLUMN n_aircraft TO aircraft_count');
+SdpTest::query($node, 'GRANT INSERT ON t_plain TO app');
+ok(consumed_by_both(5), 'once the cause is gone, both resume by themselves and consume the new message');
+SdpTest::assert_exactly_once($node, 't_plain', { 0 => 5 }, 'across the retried loads');
+is(SdpTest::query($node, "SELECT string_agg(flow || ':' || state, ',' ORDER BY flow) FROM sdp.flow_status WHERE flow IN ('zc', 'plain')"),
+	'plain:running,zc:running', 'both running');
+
+# A flow that never ran fails at load with the reason.
+SdpTest::query($node, <<'SQL');
+CREATE TABLE t_never (seq bigint);
+GRANT INSERT ON t_never TO app;
+BEGIN;
+SET LOCAL ROLE app;
+SELECT sdp_create_flow('never', 'bk', 't_never', 'seq bigint', options => '{"mode": "append"}');
+SELECT sdp_stop_flow('never');
+COMMIT;
+REVOKE INSERT ON t_never FROM app;
+SELECT sdp_start_flow('never');
+SQL
+ok($node->poll_query_until('postgres',
+		"SELECT state = 'failed' AND last_error LIKE '%permission denied%' FROM sdp.flow_status WHERE flow = 'never'"),
+	'a flow that never ran fails at load with the reason');
+is(SdpTest::query($node, "SELECT count(*) FROM sdp.offsets o JOIN sdp.flows f ON f.id = o.flow_id WHERE f.name = 'never'"), '0',
+	'it stored no offsets');
+is(SdpTest::query($node, "SELECT name FROM sdp.flows WHERE failed_at IS NOT NULL"), 'never', 'its failure is persisted');
 my $log = PostgreSQL::Test::Utils::slurp_file($node->logfile, $offset);
 unlike($log, qr/reference leak|snapshot .* still active|TRAP|was not closed/i,
 	'the failed loads left no relcache reference, snapshot or resource behind');

@@ -73,21 +73,28 @@ ok(SdpTest::wait_consumed($node, 'pay_flow', 1), 'the message goes through once 
 is(SdpTest::query($node, "SELECT count(*) || '|' || max(card) FROM payments"), "1|$card", 'written once');
 is(SdpTest::query($node, "SET ROLE bob; $status_sql"), 'running|<null>', 'no error left to hide');
 
-# A failed flow: its error is kept in sdp.flows.last_error.  It fails at load
-# when its owner has lost INSERT on the target.
-SdpTest::query($node, "SELECT sdp_stop_flow('pay_flow')");
-ok(SdpTest::wait_for($node, "SELECT state = 'stopped' FROM sdp.flow_status WHERE flow = 'pay_flow'"), 'stopped');
-SdpTest::query($node, "ALTER TABLE payments OWNER TO postgres");
-SdpTest::query($node, "SELECT sdp_start_flow('pay_flow')");
+# A failed flow: its error is kept in sdp.flows.last_error.  A flow with
+# on_error = fail stops at a message it cannot decode, and the input error
+# quotes the value.
+SdpTest::query($node, <<'SQL');
+CREATE TABLE cards (card bigint);
+ALTER TABLE cards OWNER TO alice;
+SET ROLE alice;
+SELECT sdp_create_flow('strict_flow', 'pay_src', 'cards', 'card bigint', options => '{"on_error": "fail"}');
+RESET ROLE;
+SQL
+SdpKafka::kcat_produce(bootstrap => $boot, topic => 'payments',
+	messages => [ [ undef, '{"card": "4111-1111-1111-1111", "amount": 3}', 0 ] ]);
 ok(SdpTest::wait_for($node,
-		"SELECT state = 'failed' AND last_error LIKE '%permission denied%' FROM sdp.flow_status WHERE flow = 'pay_flow'"),
-	'the flow fails at load with the reason');
-like(SdpTest::query($node, "SET ROLE alice; $status_sql"), qr/^failed\|.*permission denied/, 'alice reads why');
-like(SdpTest::query($node, "SET ROLE watcher; $status_sql"), qr/^failed\|.*permission denied/, 'and so does watcher');
+		"SELECT state = 'failed' AND last_error LIKE '%4111-1111%' FROM sdp.flow_status WHERE flow = 'strict_flow'"),
+	'the strict flow fails on the second message (a card number that is no bigint) and says why');
+$status_sql = "SELECT state || '|' || coalesce(last_error, '<null>') FROM sdp.flow_status WHERE flow = 'strict_flow'";
+like(SdpTest::query($node, "SET ROLE alice; $status_sql"), qr/^failed\|.*4111-1111/, 'alice reads why');
+like(SdpTest::query($node, "SET ROLE watcher; $status_sql"), qr/^failed\|.*4111-1111/, 'and so does watcher');
 is(SdpTest::query($node, "SET ROLE bob; $status_sql"), 'failed|<insufficient privilege>', 'bob reads that it failed');
 my ($ret, $out, $err) = $node->psql('postgres', "SET ROLE bob; SELECT last_error FROM sdp.flows",
 	extra_params => [ '-v', 'VERBOSITY=verbose' ]);
 like($err, qr/42501: permission denied for table flows/, 'bob cannot select sdp.flows.last_error');
-is(SdpTest::query($node, "SET ROLE bob; SELECT name || '|' || owner || '|' || (failed_at IS NOT NULL) FROM sdp.flows"),
-	'pay_flow|alice|true', 'bob still reads the other columns of sdp.flows');
+is(SdpTest::query($node, "SET ROLE bob; SELECT string_agg(name || '|' || owner || '|' || (failed_at IS NOT NULL), ',' ORDER BY name) FROM sdp.flows"),
+	'pay_flow|alice|false,strict_flow|alice|true', 'bob still reads the other columns of sdp.flows');
 done_testing();

@@ -22,10 +22,20 @@ my $broker = SdpKafka::start_broker(topics => { 'raw-flights' => 4, 'zflights' =
 my $src = SdpTest::new_node('dumped');
 SdpTest::create_source($src, 'flights', $broker, 'raw-flights', '{"starting_offsets": "earliest"}');
 SdpTest::create_source($src, 'zflights', $broker, 'zflights', '{"starting_offsets": "earliest"}');
-SdpTest::query($src, <<'SQL');
+SdpTest::query($src, ($_ = <<'SQL') =~ s/%BOOT%/@{[ $broker->bootstrap ]}/r);
 CREATE TABLE events (seq bigint, icao24 text, kafka_partition int, kafka_offset bigint);
 SELECT sdp_create_flow('events_flow', 'flights', 'events', 'seq bigint, icao24 text',
   options => '{"mode": "append"}');
+-- an upsert flow of a role's own: pg_dump restores its target's primary key
+-- and its grants after all data, so it cannot load until the very end
+CREATE ROLE app LOGIN;
+CREATE TABLE latest (icao24 text PRIMARY KEY, seq bigint);
+GRANT SELECT, INSERT, UPDATE ON latest TO app;
+SET ROLE app;
+SELECT sdp_create_source('app_flights', '%BOOT%', 'raw-flights', '{"starting_offsets": "earliest"}');
+SELECT sdp_create_flow('latest_flow', 'app_flights', 'latest', 'seq bigint, icao24 text',
+  options => '{"mode": "upsert"}');
+RESET ROLE;
 CREATE TABLE zones (zone text PRIMARY KEY, min_lat float8, max_lat float8, min_lon float8, max_lon float8, capacity int);
 INSERT INTO zones VALUES ('Z', 10, 11, 10, 11, 3);
 -- append mode: the restore adds a target's primary key only after all data (see the README)
@@ -61,6 +71,7 @@ my $report1 = SdpKafka::run_flightsim(bootstrap => $broker->bootstrap, topic => 
 	args => [ '--count', $n, '--rate', 0, '--seed', 7, '--aircraft', 100 ]);
 is($report1->{delivered}, $n, "producer delivered $n");
 ok(SdpTest::wait_consumed($src, 'events_flow', $n), "the flow committed $n messages");
+ok(SdpTest::wait_consumed($src, 'latest_flow', $n), "the upsert flow committed $n messages");
 is(SdpTest::query($src, "SELECT offsets_stored FROM sdp.flows WHERE name = 'events_flow'"), 't',
 	'the flow has stored offsets');
 
@@ -87,10 +98,15 @@ ok(defined $flows_at && $flows_at < $split && $split < $split2,
 diag('dump order: ' . join(', ', map { /^COPY (\S+)/ ? $1 : () } @lines));
 my $head = join('', grep { /^(SET |SELECT pg_catalog\.set_config|\\restrict )/ } @lines[ 0 .. $split - 1 ]);
 my $tail = join('', grep { /^\\unrestrict / } @lines);
-my ($part1, $part2, $part3) = map { $PostgreSQL::Test::Utils::tmp_check . "/restore.$_.sql" } 1, 2, 3;
+# the post-data section (constraints, indexes, grants) is a fourth part
+my ($post) = grep { $_ > $split2 && $lines[$_] =~ /^-- Name: .*; Type: (CONSTRAINT|INDEX|ACL|POLICY|TRIGGER)/ } 0 .. $#lines;
+ok(defined $post, 'the dump has a post-data section after the data');
+$post-- while $post > 0 && $lines[ $post - 1 ] =~ /^--/;
+my ($part1, $part2, $part3, $part4) = map { $PostgreSQL::Test::Utils::tmp_check . "/restore.$_.sql" } 1, 2, 3, 4;
 PostgreSQL::Test::Utils::append_to_file($part1, join('', @lines[ 0 .. $split - 1 ]) . $tail);
 PostgreSQL::Test::Utils::append_to_file($part2, $head . join('', @lines[ $split .. $split2 - 1 ]) . $tail);
-PostgreSQL::Test::Utils::append_to_file($part3, $head . join('', @lines[ $split2 .. $#lines ]));
+PostgreSQL::Test::Utils::append_to_file($part3, $head . join('', @lines[ $split2 .. $post - 1 ]) . $tail);
+PostgreSQL::Test::Utils::append_to_file($part4, $head . join('', @lines[ $post .. $#lines ]));
 
 # a fresh server with sdp_ext preloaded; CREATE EXTENSION comes from the dump
 my $dst = PostgreSQL::Test::Cluster->new('restored');
@@ -102,6 +118,8 @@ sdp.launcher_naptime = '200ms'
 max_worker_processes = 32
 EOC
 $dst->start;
+# roles are not in a database's dump (pg_dumpall --globals-only has them)
+SdpTest::query($dst, 'CREATE ROLE app LOGIN');
 
 sub restore_part ($$)
 {
@@ -116,7 +134,7 @@ sub restore_part ($$)
 
 restore_part($part1, 'part 1 (up to sdp.offsets)');
 ok($dst->poll_query_until('postgres',
-		"SELECT count(*) = 2 FROM sdp.flow_status WHERE last_error = 'waiting for its stored offsets: restored without sdp.offsets?'"),
+		"SELECT count(*) = 3 FROM sdp.flow_status WHERE last_error = 'waiting for its stored offsets: restored without sdp.offsets?'"),
 	'without their offsets the flows wait, and say why');
 sleep 3;
 is(SdpTest::query($dst, "SELECT count(*) FROM sdp.offsets"), '0', 'they stored no offsets of their own meanwhile');
@@ -127,16 +145,32 @@ restore_part($part2, 'part 2 (sdp.offsets)');
 # sequence values come after all table data: the stateful flow's state, and
 # any target whose rows come later in the dump)
 ok($dst->poll_query_until('postgres',
-		"SELECT count(*) = 2 FROM sdp.flow_status WHERE last_error LIKE 'waiting for the restore to finish %'"),
-	'with their offsets back, both flows wait for the restore to finish, and say why');
+		"SELECT count(*) = 3 FROM sdp.flow_status WHERE last_error LIKE 'waiting for the restore to finish %'"),
+	'with their offsets back, the flows wait for the restore to finish, and say why');
 sleep 2;
 is(SdpTest::query($dst, "SELECT count(*) FROM sdp.state_checkpoints"), '0',
 	'the stateful flow checkpointed no state of its own meanwhile');
 is(SdpTest::query($dst, "SELECT count(*) FROM events"), $n, "the target still holds the dumped $n rows, no more");
-restore_part($part3, 'part 3 (sdp.state_checkpoints and the rest)');
+my $latest_dumped = SdpTest::query($dst, 'SELECT count(*) FROM latest');
+restore_part($part3, 'part 3 (sdp.state_checkpoints and the rest of the data)');
 ok($dst->poll_query_until('postgres',
-		"SELECT count(*) = 2 FROM sdp.flow_status WHERE state = 'running' AND last_error IS NULL AND partitions IS NOT NULL"),
-	'once the restore is done, both flows run');
+		"SELECT count(*) = 2 FROM sdp.flow_status WHERE state = 'running' AND last_error IS NULL AND partitions IS NOT NULL "
+		  . "AND flow IN ('events_flow', 'zone_flow')"),
+	'with all data back, the append flows run');
+# the upsert flow has run before: it is retried, not failed, until its
+# target's primary key and its grants are back
+ok($dst->poll_query_until('postgres',
+		"SELECT state = 'restarting' AND (last_error LIKE '%primary key%' OR last_error LIKE '%permission denied%') "
+		  . "FROM sdp.flow_status WHERE flow = 'latest_flow'"),
+	'the upsert flow waits for its primary key and grants, retrying, and says why');
+ok($dst->poll_query_until('postgres', "SELECT restarts >= 2 FROM sdp.flow_status WHERE flow = 'latest_flow'"),
+	'it tried again');
+is(SdpTest::query($dst, "SELECT count(*) FROM sdp.flows WHERE failed_at IS NOT NULL"), '0', 'no flow failed');
+is(SdpTest::query($dst, 'SELECT count(*) FROM latest'), $latest_dumped, 'it wrote nothing meanwhile');
+restore_part($part4, 'part 4 (constraints, indexes, grants)');
+ok($dst->poll_query_until('postgres',
+		"SELECT count(*) = 3 FROM sdp.flow_status WHERE state = 'running' AND partitions IS NOT NULL"),
+	'once the restore is done, all three flows run');
 SdpKafka::kcat_produce(bootstrap => $broker->bootstrap, topic => 'zflights',
 	messages => [ map { position($_, 10.5, 10.5) } qw(a4 a1) ]);
 ok($dst->poll_query_until('postgres', "SELECT (" . SdpTest::consumed_sql('zone_flow') . ") = 5"),
@@ -154,6 +188,18 @@ $per_partition{$_} += $report2->{partitions}{$_} for keys %{ $report2->{partitio
 ok(SdpTest::wait_consumed($dst, 'events_flow', $n + 5000), 'the restored flow consumed the new messages');
 SdpTest::assert_exactly_once($dst, 'events', \%per_partition, 'restored target');
 is(SdpTest::query($dst, "SELECT count(*) FROM sdp.dead_letters"), '0', 'nothing dead-lettered');
+ok(SdpTest::wait_consumed($dst, 'latest_flow', $n + 5000), 'the restored upsert flow consumed the new messages');
+is(SdpTest::query($dst, "SELECT count(*) FROM sdp.flow_status WHERE state = 'running' AND last_error IS NULL"), '3',
+	'all three running, and the upsert flow\'s old error is gone with its first commit');
+# per aircraft, the sequence number of its last message (its partition's highest offset)
+my $aircraft = SdpTest::query($dst, 'SELECT count(DISTINCT icao24) FROM events');
+is(SdpTest::query($dst, <<'SQL'),
+SELECT count(*) || '|' || count(*) FILTER (WHERE l.seq = e.seq) || '|' || (SELECT count(*) FROM latest)
+  FROM (SELECT DISTINCT ON (icao24) icao24, seq FROM events ORDER BY icao24, kafka_offset DESC) e
+  LEFT JOIN latest l USING (icao24)
+SQL
+	"$aircraft|$aircraft|$aircraft",
+	'the upsert target holds the last message of each aircraft, from before and after the restore');
 is(SdpTest::query($dst, "SELECT string_agg(aircraft_count::text, ',' ORDER BY aircraft_count) FROM zone_log WHERE zone = 'Z'"),
 	"$zone_before,4", "zone counts still $zone_before,4");
 
