@@ -96,11 +96,12 @@ run_suite() {
   sdp_as_postgres make -C "$work" -s tapcheck PG_CONFIG="$bin/pg_config" "${prove_tests[@]}" \
       PROVE_FLAGS="-I test/perl --verbose --merge" 2>&1 | tee "$tap_log"
   # TAP: one line per assertion at the top level of each test file; a file that
-  # died or misplanned counts once more unless it already reported a failure.
+  # died or misplanned counts once more unless it already reported a failure
+  # (prove says NOTESTS when every file skipped).
   t_pass=$(grep -cE '^ok [0-9]+' "$tap_log")
   t_fail=$(grep -cE '^not ok [0-9]+' "$tap_log")
   broken=$(awk '/^Test Summary Report/{s=1} s && /\(Wstat: [1-9]/{n++} END{print n+0}' "$tap_log")
-  if ! grep -qE '^Result: (PASS|FAIL)' "$tap_log"; then broken=$((broken + 1)); fi
+  if ! grep -qE '^Result: (PASS|FAIL|NOTESTS)' "$tap_log"; then broken=$((broken + 1)); fi
   if [ "$t_fail" -eq 0 ] && [ "$broken" -gt 0 ]; then t_fail=$broken; fi
 
   for d in "$work"/tmp_check/log "$work"/tmp_check_regress/log; do
