@@ -56,13 +56,17 @@ use Time::HiRes qw(usleep);
 =item new_node($name, %conf)
 
 Initialises and starts a node with sdp_ext preloaded; extra settings from
-%conf go to postgresql.conf.  Creates the extension.
+%conf go to postgresql.conf.  Creates the extension.  C<< install_path =>
+$dir >> in %conf is not a setting: the node runs the PostgreSQL installed in
+$dir (PostgreSQL::Test::Cluster's install_path) instead of the one in PATH.
 
 =cut
 
 sub new_node ($name, %conf)
 {
-	my $node = PostgreSQL::Test::Cluster->new($name);
+	my $install_path = delete $conf{install_path};
+	my $node = PostgreSQL::Test::Cluster->new($name,
+		defined $install_path ? (install_path => $install_path) : ());
 	$node->init;
 	my $extra = join '', map { "$_ = $conf{$_}\n" } sort keys %conf;
 	$node->append_conf('postgresql.conf', <<"EOC" . $extra);

@@ -1,0 +1,181 @@
+# Upgrade with the previous version's binary, flows running: the previous
+# release (prev_version/, the tree scripts/test.sh extracts from the git
+# history) is built and installed into a private copy of the server's
+# install; a node from that copy creates the extension (the previous
+# version), a stateless append flow and a stateful active_count flow stream;
+# the server stops mid-stream, the current tree is installed into the copy
+# (the new library and scripts), the server starts again and the flows
+# resume on the old catalogs with the new library; ALTER EXTENSION sdp_ext
+# UPDATE, and a restart mid-stream again.  Every message lands exactly once,
+# the zone counts are exact, the owners are regroles and the flows run.
+#
+# Test 080 does the same with the current binary all along.  This one needs a
+# relocatable server (the assert-enabled build): Debian's packaged server has
+# its paths compiled in, so its install cannot be copied.
+use strict;
+use warnings FATAL => 'all';
+use lib 'test/perl';
+use Cwd qw(getcwd);
+use File::Basename qw(dirname);
+use File::Compare qw(compare);
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use SdpKafka;
+use SdpTest;
+use Test::More;
+
+my $bindir = `pg_config --bindir`;
+chomp $bindir;
+plan skip_all => "the server under test ($bindir) is a packaged one, with its paths compiled in: "
+  . "its install cannot be copied to run the previous version's binary (runs on the assert-enabled build)"
+  if $bindir eq '' || $bindir =~ m{^/usr/lib/postgresql/};
+my $cwd = getcwd();
+my $prev = "$cwd/prev_version";
+plan skip_all => "no previous version's tree in $prev (scripts/test.sh extracts it from the git history; "
+  . "it says why it did not)"
+  unless -f "$prev/sdp_ext.control";
+
+sub control_version
+{
+	my ($file) = @_;
+	my ($v) = slurp_file($file) =~ /^default_version\s*=\s*'([^']*)'/m;
+	return $v;
+}
+my $old_version = control_version("$prev/sdp_ext.control");
+my $new_version = control_version("$cwd/sdp_ext.control");
+note "upgrading from $old_version (prev_version/) to $new_version (this tree)";
+isnt($old_version, $new_version, "the previous version ($old_version) is not this one ($new_version)");
+
+# a private copy of the server's install, with the previous version in it
+my $copy = PostgreSQL::Test::Utils::tempdir('prev_install') . '/pg';
+ok(run_log([ 'cp', '-a', dirname($bindir), $copy ]), 'copied the server install');
+my $pg_config = "$copy/bin/pg_config";
+my $pkglib = `$pg_config --pkglibdir`;
+chomp $pkglib;
+ok(run_log([ 'make', '-s', '-j2', '-C', $prev, 'CI=', "PG_CONFIG=$pg_config", 'install' ]),
+	"previous version $old_version built and installed into the copy");
+is(compare("$pkglib/sdp_ext.so", "$prev/sdp_ext.so"), 0, 'the copy has the previous library');
+
+my $broker = SdpKafka::start_broker(topics => { 'raw-flights' => 4, 'zflights' => 2 });
+my $node = SdpTest::new_node('upgrade_binary', install_path => $copy);
+
+sub extversion { SdpTest::query($node, "SELECT extversion FROM pg_extension WHERE extname = 'sdp_ext'") }
+sub owner_type
+{
+	SdpTest::query($node,
+		"SELECT atttypid::regtype FROM pg_attribute WHERE attrelid = 'sdp.flows'::regclass AND attname = 'owner'");
+}
+# which library the server runs: sdp_skip_message came after 0.1 (a C
+# function's symbol is looked up when the function is created)
+sub has_skip_message
+{
+	my ($ret, $out, $err) = $node->psql('postgres',
+		"CREATE FUNCTION pg_temp.probe(text, int, bigint) RETURNS void LANGUAGE C AS 'sdp_ext', 'sdp_skip_message'");
+	note "probe: $err" if $ret;
+	return $ret == 0 ? 1 : 0;
+}
+sub both_running
+{
+	return $node->poll_query_until('postgres',
+		"SELECT count(*) = 2 FROM sdp.flow_status WHERE state = 'running' AND partitions IS NOT NULL");
+}
+
+is(extversion(), $old_version, "the old binary creates the extension at $old_version");
+is(owner_type(), 'name', "$old_version catalogs: owners are names");
+is(has_skip_message(), 0, 'the server runs the old library (no sdp_skip_message)');
+
+SdpTest::create_source($node, 'flights', $broker, 'raw-flights');
+SdpTest::create_source($node, 'zflights', $broker, 'zflights');
+SdpTest::query($node, <<'SQL');
+CREATE TABLE events (seq bigint, icao24 text, lat float8, kafka_partition int, kafka_offset bigint);
+SELECT sdp_create_flow('events_flow', 'flights', 'events', 'seq bigint, icao24 text, lat float8',
+  options => '{"mode": "append"}');
+CREATE TABLE zones (zone text PRIMARY KEY, min_lat float8, max_lat float8, min_lon float8, max_lon float8, capacity int);
+INSERT INTO zones VALUES ('Z', 10, 11, 10, 11, 3);
+CREATE TABLE zone_alerts (zone text PRIMARY KEY, aircraft_count bigint, crowded boolean, updated_at timestamptz);
+SELECT sdp_create_flow('zone_flow', source => 'zflights', target => 'zone_alerts',
+  schema    => 'icao24 text, lat float8, lon float8',
+  transform => $$SELECT z.zone, i.icao24, z.capacity FROM input i
+                 JOIN zones z ON i.lat BETWEEN z.min_lat AND z.max_lat
+                             AND i.lon BETWEEN z.min_lon AND z.max_lon$$,
+  operator  => 'active_count',
+  options   => '{"key": "zone", "member": "icao24", "ttl": "1 hour",
+                 "capacity_column": "capacity", "count_column": "aircraft_count",
+                 "alert_column": "crowded", "time_column": "updated_at", "checkpoint_interval": "1 second"}');
+SQL
+ok(both_running(), 'old binary: both flows running');
+
+sub position { my ($icao, $lat, $lon) = @_; return [ $icao, qq({"icao24": "$icao", "lat": $lat, "lon": $lon}), undef ] }
+sub zone_in
+{
+	my @icao = @_;
+	SdpKafka::kcat_produce(bootstrap => $broker->bootstrap, topic => 'zflights',
+		messages => [ map { position($_, 10.5, 10.5) } @icao ]);
+}
+
+zone_in(qw(a1 a2 a3));
+ok($node->poll_query_until('postgres', "SELECT aircraft_count = 3 FROM zone_alerts WHERE zone = 'Z'"),
+	'old binary: zone counts 3');
+
+# the binary swap, mid-stream: stop, install this tree into the copy, start
+my $producer = SdpKafka::start_flightsim(
+	bootstrap => $broker->bootstrap, topic => 'raw-flights',
+	args => [ '--count', 40000, '--rate', 2000, '--seed', 5, '--aircraft', 200 ]);
+ok($node->poll_query_until('postgres', 'SELECT count(*) > 3000 FROM events'), 'streaming on the old binary');
+$node->stop;
+ok(run_log([ 'make', '-s', '-C', $cwd, "PG_CONFIG=$pg_config", 'install' ]),
+	"installed this tree ($new_version) into the copy");
+is(compare("$pkglib/sdp_ext.so", "$cwd/sdp_ext.so"), 0, 'the copy has the new library');
+$node->start;
+ok($producer->running, 'the binary swap happened mid-stream');
+is(has_skip_message(), 1, 'the server runs the new library');
+is(extversion(), $old_version, "new library on the $old_version catalogs");
+ok(both_running(), "new library on the $old_version catalogs: both flows running");
+zone_in(qw(a4 a1));
+ok($node->poll_query_until('postgres', "SELECT aircraft_count = 4 FROM zone_alerts WHERE zone = 'Z'"),
+	"new library on the $old_version catalogs: zone counts 4 (state restored, a1 only refreshed)");
+
+# the update, with the flows running (and producer 1 most likely still
+# streaming); producer 2 starts at once, the restart waits for its messages
+SdpTest::query($node, 'ALTER EXTENSION sdp_ext UPDATE');
+is(extversion(), $new_version, "ALTER EXTENSION sdp_ext UPDATE: $new_version");
+is(owner_type(), 'regrole', 'the update made the owners regroles');
+is(SdpTest::query($node, "SELECT string_agg(name || '=' || offsets_stored, ',' ORDER BY name) FROM sdp.flows"),
+	'events_flow=true,zone_flow=true', 'the update marks the offsets of flows that have stored some');
+my $producer2 = SdpKafka::start_flightsim(
+	bootstrap => $broker->bootstrap, topic => 'raw-flights',
+	args => [ '--count', 40000, '--rate', 2000, '--seed', 6, '--aircraft', 200, '--seq-start', 40000 ]);
+zone_in(qw(a5));
+ok($node->poll_query_until('postgres', "SELECT aircraft_count = 5 FROM zone_alerts WHERE zone = 'Z'"),
+	"$new_version before the restart: zone counts 5");
+ok($node->poll_query_until('postgres', 'SELECT count(*) > 3000 FROM events WHERE seq >= 40000'),
+	"streaming on $new_version");
+$node->restart;
+ok($producer2->running, 'the restart after the update happened mid-stream');
+ok(both_running(), "$new_version after the restart: both flows running");
+zone_in(qw(a6 a2));
+my $report1 = $producer->finish;
+is($report1->{delivered}, 40000, 'producer 1 delivered 40,000');
+my $report2 = $producer2->finish;
+is($report2->{delivered}, 40000, 'producer 2 delivered 40,000');
+
+my %per_partition;
+$per_partition{$_} += $report1->{partitions}{$_} for keys %{ $report1->{partitions} };
+$per_partition{$_} += $report2->{partitions}{$_} for keys %{ $report2->{partitions} };
+ok(SdpTest::wait_consumed($node, 'events_flow', 80000), 'events_flow consumed everything');
+SdpTest::assert_exactly_once($node, 'events', \%per_partition, 'append across the binary upgrade');
+ok($node->poll_query_until('postgres', "SELECT aircraft_count = 6 FROM zone_alerts WHERE zone = 'Z'"),
+	'zone counts 6 after the swap, the update and the restarts');
+ok(SdpTest::wait_consumed($node, 'zone_flow', 8), 'zone_flow consumed its 8 messages');
+is(SdpTest::query($node, "SELECT aircraft_count FROM zone_alerts WHERE zone = 'Z'"), '6',
+	'zone count stays 6 (no message counted twice)');
+
+is(SdpTest::query($node,
+		"SELECT string_agg(flow || ':' || state || ':' || owner::text, ',' ORDER BY flow) FROM sdp.flow_status"),
+	'events_flow:running:postgres,zone_flow:running:postgres', 'both flows running, owned by postgres');
+is(SdpTest::query($node,
+		"SELECT bool_and(offsets_stored AND EXISTS (SELECT 1 FROM sdp.offsets o WHERE o.flow_id = f.id)) FROM sdp.flows f"),
+	't', 'offsets_stored set, with offsets');
+is(extversion(), $new_version, "extension at $new_version");
+
+done_testing();
