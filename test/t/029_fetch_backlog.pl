@@ -43,17 +43,22 @@ SdpTest::assert_exactly_once($node, 'events', $report->{partitions}, 'backlog');
 is(SdpTest::query($node, "SELECT count(DISTINCT seq) || '|' || min(seq) || '|' || max(seq) FROM events"),
 	"$n|0|" . ($n - 1), 'every sequence number once');
 
-# the wakes are counted in the progress report that follows the drain
+# the wakes are counted in the progress reports; the first report of an
+# interval with no input comes after the drain
 ok($node->poll_query_until('postgres',
-		"SELECT (sdp_flow_progress('backlog_flow')->>'fetcherWakes')::bigint > 0"),
+		"SELECT (p->>'numInputRows')::int = 0 AND (p->>'fetcherWakes')::bigint > 0 "
+		  . "FROM (SELECT sdp_flow_progress('backlog_flow') AS p) s"),
 	'the worker woke the fetcher while draining');
 my $progress = decode_json(SdpTest::query($node, "SELECT sdp_flow_progress('backlog_flow')"));
 diag("fetcherWakes after the drain: $progress->{fetcherWakes}");
 
 # at rest, with nothing left on the broker, it does not keep waking it
-my $wakes = $progress->{fetcherWakes};
+my ($wakes, $report_id) = ($progress->{fetcherWakes}, $progress->{reportId});
 sleep 2;
+ok($node->poll_query_until('postgres',
+		"SELECT (sdp_flow_progress('backlog_flow')->>'reportId')::int > $report_id + 2"),
+	'more progress reports, while idle');
 $progress = decode_json(SdpTest::query($node, "SELECT sdp_flow_progress('backlog_flow')"));
 is($progress->{fetcherWakes}, $wakes, 'an idle flow with nothing on the broker wakes nothing');
-
+is($progress->{numInputRows}, 0, 'and reads nothing');
 done_testing();
