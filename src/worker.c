@@ -588,6 +588,23 @@ batch_decode_again(Batch *b)
 }
 
 /*
+ * At a worker's first commit, the error an earlier worker of the flow left
+ * in the slot (why it exited, why it was restarted) is over; one this
+ * worker set since it started (a retention reset, say) stays.
+ */
+static void
+worker_clear_earlier_error(FlowWorker *w)
+{
+	SpinLockAcquire(&w->slot->mutex);
+	if (w->slot->last_error[0] != '\0' && w->slot->last_error_at < w->slot->started_at)
+	{
+		w->slot->last_error[0] = '\0';
+		w->slot->last_error_at = 0;
+	}
+	SpinLockRelease(&w->slot->mutex);
+}
+
+/*
  * A batch waiting to be retried takes the messages that arrived meanwhile,
  * up to the batch's bounds: a message that fails alone, in a batch of its
  * own, is told apart from the flow's own fault only by others that go
@@ -638,8 +655,10 @@ worker_run_batch(FlowWorker *w, Batch *b)
 				w->error_backoff_ms = 0;
 				sdp_batch_account(w, b);
 				/* the error of a retry, or of an earlier worker of the flow, is over */
-				if (retried || !w->committed_once)
+				if (retried)
 					worker_set_state(w, SDP_FLOW_RUNNING, true);
+				else if (!w->committed_once)
+					worker_clear_earlier_error(w);
 				w->committed_once = true;
 				pgstat_report_activity(STATE_IDLE, NULL);
 				return;
