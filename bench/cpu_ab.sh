@@ -15,6 +15,8 @@
 #   AB_MODE=append  writes in append mode instead of upsert (every event is
 #                a new aircraft either way): a faster flow, which drains a
 #                backlog faster than librdkafka refills its queue
+#   AB_TARGET=unindexed  the target without the primary key and indexes of
+#                positions (append only), COPY into the same
 #   AB_SOURCE_OPTIONS='{"queued.min.messages": "5000"}'  more properties of
 #                the source (jsonb), e.g. a small local queue
 # Measures the enrich flow of examples/flights.sql (upsert, every event a
@@ -26,6 +28,9 @@ cd "$(dirname "$0")/.."
 
 a=$(readlink -f "$1"); b=$(readlink -f "$2"); runs=${3:-5}; n=${4:-200000}
 mode=${AB_MODE:-upsert}
+like='INCLUDING ALL'
+[ "${AB_TARGET:-}" = unindexed ] && like='INCLUDING DEFAULTS'
+[ "${AB_TARGET:-}" = unindexed ] && [ "$mode" = upsert ] && { echo "AB_TARGET=unindexed needs AB_MODE=append" >&2; exit 2; }
 port=${BENCH_PORT:-5491}
 sdp_install_packages bc
 sdp_build_install
@@ -85,7 +90,7 @@ for i in $(seq "$runs"); do
     start_with "$so"
     sql >/dev/null <<SQL
 DROP TABLE IF EXISTS pos_ab;
-CREATE TABLE pos_ab (LIKE positions INCLUDING ALL);
+CREATE TABLE pos_ab (LIKE positions $like);
 SELECT sdp_create_flow('ab', source => 'ab', target => 'pos_ab',
   schema => 'icao24 text, callsign text, lat float8, lon float8, baro_alt float8, vert_rate float8,
              squawk text, velocity float8, heading float8, poller_ts timestamptz',
