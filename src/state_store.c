@@ -175,6 +175,7 @@ sdp_state_open_key(SdpStateStore *store, const char *key, bool create, SdpKeySta
 	ks->store = store;
 	ks->key = key;
 	ks->created = false;
+	ks->dirty = false;
 	if (create)
 	{
 		/* an out of memory raised in here is the store's limit (dsa_set_size_limit) */
@@ -194,7 +195,10 @@ sdp_state_open_key(SdpStateStore *store, const char *key, bool create, SdpKeySta
 	}
 }
 
-/* Unlock the key; a key left with no state at all is deleted. */
+/*
+ * Unlock the key; a key left with no state at all is deleted.  A key changed
+ * while it was open is marked dirty here, once, rather than at each change.
+ */
 void
 sdp_state_close_key(SdpKeyState *ks)
 {
@@ -212,8 +216,13 @@ sdp_state_close_key(SdpKeyState *ks)
 		ks->store->nkeys--;
 	}
 	else
+	{
+		if (ks->dirty && ks->store->writer)
+			sdp_state_mark_dirty(ks->store, ks->key);
 		dshash_release_lock(ks->store->table, e);
+	}
 	ks->entry = NULL;
+	ks->dirty = false;
 }
 
 bool
@@ -232,14 +241,14 @@ sdp_state_set_value(SdpKeyState *ks, int idx, int64 value)
 	Assert(idx >= 0 && idx < SDP_STATE_VALUES);
 	ks->entry->values[idx] = value;
 	ks->entry->values_set |= (1u << idx);
-	sdp_state_mark_dirty(ks->store, ks->key);
+	ks->dirty = true;
 }
 
 void
 sdp_state_clear_value(SdpKeyState *ks, int idx)
 {
 	ks->entry->values_set &= ~(1u << idx);
-	sdp_state_mark_dirty(ks->store, ks->key);
+	ks->dirty = true;
 }
 
 /* ---- map state ---- */
@@ -391,7 +400,7 @@ sdp_state_map_put(SdpKeyState *ks, const char *member, const void *value)
 		map->count++;
 	}
 	memcpy(slot + 1 + SDP_STATE_MEMBER_MAX, value, map->value_len);
-	sdp_state_mark_dirty(ks->store, ks->key);
+	ks->dirty = true;
 }
 
 static void
@@ -415,7 +424,7 @@ sdp_state_map_remove(SdpKeyState *ks, const char *member)
 	map->count--;
 	map->tombstones++;
 	map_after_removal(ks, map);
-	sdp_state_mark_dirty(ks->store, ks->key);
+	ks->dirty = true;
 	return true;
 }
 
@@ -453,7 +462,7 @@ sdp_state_map_visit(SdpKeyState *ks, SdpMapVisitor visit, void *arg)
 	if (removed)
 	{
 		map_after_removal(ks, map);
-		sdp_state_mark_dirty(ks->store, ks->key);
+		ks->dirty = true;
 	}
 }
 
@@ -512,7 +521,7 @@ sdp_state_add_timer(SdpKeyState *ks, SdpTimeKind kind, int64 when, int64 tag)
 	e->timers[e->ntimers].when = when;
 	e->timers[e->ntimers].tag = tag;
 	e->ntimers++;
-	sdp_state_mark_dirty(ks->store, ks->key);
+	ks->dirty = true;
 	return true;
 }
 
@@ -528,7 +537,7 @@ sdp_state_remove_timer(SdpKeyState *ks, SdpTimeKind kind, int64 when, int64 tag)
 		if (e->timers[i].kind == kind && e->timers[i].when == when && e->timers[i].tag == tag)
 		{
 			e->timers[i] = e->timers[--e->ntimers];
-			sdp_state_mark_dirty(ks->store, ks->key);
+			ks->dirty = true;
 			return true;
 		}
 	}

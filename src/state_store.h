@@ -83,6 +83,7 @@ typedef struct SdpKeyState
 	SdpStateEntry *entry;
 	const char *key;
 	bool		created;
+	bool		dirty;			/* changed while open: marked dirty once, at close */
 } SdpKeyState;
 
 extern int	sdp_state_tranche_id(void);

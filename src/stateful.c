@@ -539,7 +539,13 @@ sdp_stateful_operate(FlowWorker *w, Batch *b, HeapTuple *rows, int nrows, HeapTu
 	return nout;
 }
 
-/* The offsets stage of a stateful flow: a checkpoint, with the offsets, when one is due. */
+/*
+ * The offsets stage of a stateful flow: a checkpoint, with the offsets, when
+ * one is due.  Not in a batch that wrote emitted rows, once: the rows of a
+ * burst of closing windows are committed without waiting for a checkpoint
+ * of every key they touched, which the next batch takes (at once: the
+ * worker runs one without input for a due checkpoint).
+ */
 void
 sdp_stateful_checkpoint_if_due(FlowWorker *w, Batch *b)
 {
@@ -547,7 +553,13 @@ sdp_stateful_checkpoint_if_due(FlowWorker *w, Batch *b)
 		w->offsets_moved = true;
 	if (checkpoint_due(w, GetCurrentTimestamp()) && checkpoint_needed(w))
 	{
+		if (b->rows_written > 0 && !w->checkpoint_deferred)
+		{
+			w->checkpoint_deferred = true;
+			return;
+		}
 		write_checkpoint(w, b->next);
+		w->checkpoint_deferred = false;
 		b->checkpointed = true;
 	}
 }

@@ -115,6 +115,7 @@ typedef struct FlowWorker
 	SPIPlanPtr	checkpoint_offsets_plan;
 	TimestampTz next_checkpoint;
 	bool		offsets_moved;	/* since the last checkpoint */
+	bool		checkpoint_deferred;	/* a due checkpoint left to the batch after one that emitted */
 	bool		state_mutated;	/* in a batch, the operator has changed state */
 	SPIPlanPtr	checkpoint_watermark_plan;
 	uint64		config_generation;

@@ -472,15 +472,20 @@ hll_add(uint8 *reg, const char *text)
 static double
 hll_estimate(const uint8 *reg)
 {
+	/* 2^-r for the ranks hll_add gives (up to 64 - HLL_BITS + 1), exact as ldexp's: a thousand per window */
+	static double inverse_pow2[65];
 	double		m = HLL_REGS;
 	double		alpha = 0.7213 / (1.0 + 1.079 / m);
 	double		sum = 0;
 	int			zeros = 0;
 	double		e;
 
+	if (inverse_pow2[0] == 0)
+		for (int r = 0; r < lengthof(inverse_pow2); r++)
+			inverse_pow2[r] = ldexp(1.0, -r);
 	for (int i = 0; i < HLL_REGS; i++)
 	{
-		sum += ldexp(1.0, -reg[i]);
+		sum += reg[i] < lengthof(inverse_pow2) ? inverse_pow2[reg[i]] : ldexp(1.0, -reg[i]);
 		zeros += (reg[i] == 0);
 	}
 	e = alpha * m * m / sum;

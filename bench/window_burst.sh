@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# bench/window_burst.sh: section 5(b) of bench/run.sh alone, for working on
+# window bursts: the delay from a window being finalized (emitted_at) to its
+# row being committed (pg_xact_commit_timestamp(xmin)), 1-second windows of
+# the same 5 aggregations over live event time at 5,000 events/s.
+#
+# Usage: bash bench/window_burst.sh [MERCHANTS ...]     (default: 1000)
+#   BURST_SECONDS=30   how long the producer runs at each scale
+#   BURST_PGBENCH=0    without pgbench reading by key during the 1,000-merchant
+#                      run (bench/run.sh runs it, section 5(c))
+#   BURST_DETAIL=1     also one line per burst (emitted_at, rows, delay)
+#   BURST_LOG=FILE     keep the server's log there
+#   BURST_PERF=FILE    perf record -g of the flow's worker into FILE
+#   SDP_PG_BIN=DIR     use the PostgreSQL in DIR (a private copy: the
+#                      extension is installed there with its pg_config)
+#                      instead of the system's (which bench/run.sh also uses)
+# Results: the same line per scale as bench/run.sh prints.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/common.sh
+
+merchants_list=${*:-1000}
+seconds=${BURST_SECONDS:-30}
+port=${BENCH_PORT:-5490}
+
+if [ "$SDP_PG_BIN" = "/usr/lib/postgresql/$SDP_PG_VERSION/bin" ]; then
+  sdp_install_packages bc
+  sdp_build_install
+else
+  sdp_build_tools
+  make -s -j2 PG_CONFIG="$SDP_PG_BIN/pg_config" CI="${CI:-}" >/dev/null
+  make -s install PG_CONFIG="$SDP_PG_BIN/pg_config" >/dev/null
+fi
+
+dir=$(mktemp -d /tmp/sdp_burst.XXXXXX)
+sdp_as_root chown postgres:postgres "$dir"
+pids=()
+cleanup() {
+  set +e
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
+  wait 2>/dev/null
+  [ -f "$dir/pg/postmaster.pid" ] && sdp_as_postgres pg_ctl -D "$dir/pg" -m fast stop >/dev/null 2>&1
+  [ -n "${BURST_LOG:-}" ] && cp "$dir/postgres.log" "$BURST_LOG"
+  sdp_as_root rm -rf "$dir"
+}
+trap cleanup EXIT
+
+# the server settings of bench/run.sh
+sdp_as_postgres initdb -D "$dir/pg" -A trust -U postgres >/dev/null
+cat >> "$dir/pg/postgresql.conf" <<CONF
+shared_preload_libraries = 'sdp_ext'
+sdp.database = 'postgres'
+port = $port
+listen_addresses = ''
+unix_socket_directories = '$dir'
+shared_buffers = '512MB'
+max_wal_size = '8GB'
+checkpoint_timeout = '30min'
+max_worker_processes = 16
+track_commit_timestamp = on
+CONF
+sdp_as_postgres pg_ctl -D "$dir/pg" -l "$dir/postgres.log" -w start >/dev/null
+sql() { sdp_as_postgres psql -X -q -At -h "$dir" -p "$port" -U postgres -d postgres "$@"; }
+
+topics=()
+for m in $merchants_list; do topics+=(--topic "paylive$m:4"); done
+tools/sdp_broker "${topics[@]}" --addr-file "$dir/broker.addr" --quiet > "$dir/broker.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 100); do [ -s "$dir/broker.addr" ] && break; sleep 0.1; done
+boot=$(cat "$dir/broker.addr")
+sql -c 'CREATE EXTENSION sdp_ext'
+
+# the flow of bench/run.sh section 5
+make_payments_flow() {  # name topic table window
+  sql >/dev/null <<SQL
+SELECT sdp_create_source('$1', '$boot', '$2');
+SELECT sdp_create_window_table('$3');
+SELECT sdp_create_flow('$1', source => '$1', target => '$3',
+  schema => 'merchant_id text, country text, method text, status text, amount numeric, event_ts timestamptz',
+  operator => 'window_agg', options => '{"event_time": "event_ts", "idle_timeout": "2 seconds", "progress_interval": "5 seconds"}');
+SELECT sdp_load_aggregations('$1', \$\$[
+  {"name": "payments", "group_by": ["merchant_id"], "operation": "count", "window_size": "$4", "allowance": "200 ms"},
+  {"name": "approved_volume", "group_by": ["merchant_id", "country"], "operation": "sum", "value": "amount",
+   "filter": "status = 'approved'", "window_size": "$4", "allowance": "200 ms"},
+  {"name": "avg_ticket", "group_by": ["merchant_id"], "operation": "avg", "value": "amount", "window_size": "$4", "allowance": "200 ms"},
+  {"name": "rejection_ratio", "group_by": ["merchant_id"], "operation": "ratio", "filter": "status = 'rejected'",
+   "denominator_filter": "true", "window_size": "$4", "allowance": "200 ms"},
+  {"name": "countries", "group_by": ["merchant_id"], "operation": "approx_distinct", "value": "country",
+   "window_size": "$4", "allowance": "200 ms"}]\$\$);
+SQL
+}
+wait_running() {  # flow
+  while [ "$(sql -c "SELECT count(*) = 1 FROM sdp.flow_status WHERE flow = '$1' AND state = 'running' AND partitions IS NOT NULL")" != t ]; do sleep 0.1; done
+}
+
+for merchants in $merchants_list; do
+  f=paylive$merchants
+  make_payments_flow "$f" "$f" "${f}_windows" "1 second"
+  wait_running "$f"
+  if [ -n "${BURST_PERF:-}" ]; then  # perf record of the worker, to this file
+    wpid=$(sql -c "SELECT pid FROM sdp.flow_status WHERE flow = '$f'")
+    perf record -g -o "$BURST_PERF" -p "$wpid" -- sleep $((seconds - 2)) > /dev/null 2>&1 &
+  fi
+  tools/payment_sim --bootstrap "$boot" --topic "$f" --merchants "$merchants" --rate 5000 \
+    --duration "$seconds" --event-time now --linger-ms 1 --quiet > /dev/null &
+  sim=$!
+  if [ "$merchants" = 1000 ] && [ "${BURST_PGBENCH:-1}" = 1 ]; then
+    # as in bench/run.sh: pgbench reads the last 24 windows of a merchant by key meanwhile
+    cat > "$dir/read.sql" <<PGB
+\\set m random(1, 1000)
+SELECT window_start, value, row_count FROM ${f}_windows
+ WHERE definition = 'rejection_ratio' AND entity = 'm' || lpad(:m::text, 5, '0')
+ ORDER BY window_end DESC LIMIT 24;
+PGB
+    sleep 3
+    sdp_as_postgres pgbench -n -h "$dir" -p "$port" -U postgres -c 1 -T $((seconds - 5)) -f "$dir/read.sql" postgres > /dev/null 2>&1
+  fi
+  wait "$sim"
+  sleep 4
+  sql -c "SELECT sdp_stop_flow('$f')" >/dev/null
+  read -r d50 d99 dmax dn nb < <(sql -c "SELECT concat_ws(' ',
+      round((percentile_cont(0.5) WITHIN GROUP (ORDER BY d))::numeric, 3),
+      round((percentile_cont(0.99) WITHIN GROUP (ORDER BY d))::numeric, 3),
+      round(max(d)::numeric, 3), count(*), count(DISTINCT emitted_at))
+    FROM (SELECT emitted_at, extract(epoch FROM pg_xact_commit_timestamp(xmin) - emitted_at) * 1000 AS d
+            FROM ${f}_windows) s")
+  printf '  %-62s %s / %s ms (%s rows; max %s ms; %s bursts)\n' \
+    "window finalized -> committed, $merchants merchants x 5, P50 / P99" "$d50" "$d99" "$dn" "$dmax" "$nb"
+  if [ "${BURST_DETAIL:-0}" = 1 ]; then
+    sql -c "SELECT to_char(emitted_at, 'HH24:MI:SS.MS'), count(*), count(DISTINCT xmin::text),
+                   round(min(extract(epoch FROM pg_xact_commit_timestamp(xmin) - emitted_at) * 1000)::numeric, 1),
+                   round(max(extract(epoch FROM pg_xact_commit_timestamp(xmin) - emitted_at) * 1000)::numeric, 1)
+              FROM ${f}_windows GROUP BY emitted_at ORDER BY emitted_at" |
+      awk -F'|' 'BEGIN {print "    emitted_at     rows  xacts  min ms   max ms"} {printf "    %s %6d %6d %7.1f %8.1f\n", $1, $2, $3, $4, $5}'
+  fi
+done
