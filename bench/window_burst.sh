@@ -24,7 +24,7 @@ seconds=${BURST_SECONDS:-30}
 port=${BENCH_PORT:-5490}
 
 if [ "$SDP_PG_BIN" = "/usr/lib/postgresql/$SDP_PG_VERSION/bin" ]; then
-  sdp_install_packages bc
+  sdp_install_packages
   sdp_build_install
 else
   sdp_build_tools
