@@ -102,7 +102,9 @@ SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions_view'
 SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text', options => '{"mode": "merge"}')$$);
 SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text', options => '{"on_error": "ignore"}')$$);
 SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text', options => '{"colour": "blue"}')$$);
-SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text', options => '{"workers": 2}')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text', options => '{"workers": 0}')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text', options => '{"workers": 65}')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text', options => '{"workers": 17}')$$);
 SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text', options => '{"checkpoint_interval": "soonish"}')$$);
 SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text', options => '{"max_batch_rows": 0}')$$);
 SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text', options => '{"synchronous_commit": "sometimes"}')$$);

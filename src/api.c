@@ -41,6 +41,9 @@ PG_FUNCTION_INFO_V1(sdp_start_flow);
 PG_FUNCTION_INFO_V1(sdp_stop_flow);
 PG_FUNCTION_INFO_V1(sdp_drop_flow);
 PG_FUNCTION_INFO_V1(sdp_skip_message);
+PG_FUNCTION_INFO_V1(sdp_set_flow_workers);
+
+static void check_flow_workers(int workers, const SdpOperator *op);
 
 /* A name of a source or flow: 1..63 bytes, so that it fits the flow slots. */
 static char *
@@ -327,6 +330,8 @@ sdp_create_flow(PG_FUNCTION_ARGS)
 				 errhint("Flow options are mode, on_error, workers, checkpoint_interval, state_memory_limit, synchronous_commit, max_batch_rows, max_batch_bytes, max_batch_wait, progress_interval and notify; operators take more.")));
 	}
 
+	check_flow_workers(opts.workers, op);
+
 	schema = sdp_parse_input_schema(schema_text);
 
 	/* Prepare what the worker will run, as the owner: this is where a bad declaration is refused. */
@@ -391,6 +396,23 @@ sdp_create_flow(PG_FUNCTION_ARGS)
 
 	sdp_wake_launcher_at_commit();
 	PG_RETURN_VOID();
+}
+
+/*
+ * A flow may have the workers it asks for: ones it can ever get
+ * (sdp_check_workers), and one only for a stateful flow, whose operator
+ * state one worker owns.
+ */
+static void
+check_flow_workers(int workers, const SdpOperator *op)
+{
+	if (workers > 1 && op != NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("a flow with operator \"%s\" runs in one worker", op->name),
+				 errdetail("An operator's state is kept by one worker, which must see every row of a key."),
+				 errhint("Declare it without the option \"workers\", or with \"workers\": 1.")));
+	sdp_check_workers(workers);
 }
 
 /* Set a flow's wanted state (start / stop) by sql, or drop it (sql NULL). */
@@ -484,8 +506,7 @@ processed_up_to(const char *name, int64 flow_id, int32 partition)
 	}
 
 	LWLockAcquire(SdpShmem->lock, LW_SHARED);
-	s = sdp_slot_find(name);
-	if (s >= 0)
+	for (s = sdp_slot_next(name, -1); s >= 0; s = sdp_slot_next(name, s))
 	{
 		SdpFlowSlot *slot = &SdpShmem->slots[s];
 
@@ -565,5 +586,60 @@ sdp_skip_message(PG_FUNCTION_ARGS)
 	SPI_finish();
 
 	sdp_flow_skips_changed(name);
+	PG_RETURN_VOID();
+}
+
+/*
+ * sdp_set_flow_workers(flow, workers): run the flow in that many workers
+ * from now on.  Once the change commits, the launcher stops every worker of
+ * the flow and, once they have all gone, starts the new ones, each from the
+ * offsets its partitions committed: nothing is read twice or skipped.  A
+ * stopped flow keeps the number for when it starts.
+ */
+Datum
+sdp_set_flow_workers(PG_FUNCTION_ARGS)
+{
+	char	   *name = checked_name(fcinfo, 0, "flow");
+	int32		workers;
+	Oid			owner;
+	char	   *owner_name;
+	Oid			argtypes[2] = {TEXTOID, INT4OID};
+	Datum		values[2];
+	char	   *opname;
+	const SdpOperator *op = NULL;
+
+	sdp_require_shmem();
+	if (PG_ARGISNULL(1))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("argument \"workers\" must not be null")));
+	workers = PG_GETARG_INT32(1);
+	if (workers < 1 || workers > SDP_MAX_WORKERS)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("option \"workers\" must be an integer between 1 and %d, not \"%d\"",
+						SDP_MAX_WORKERS, workers)));
+
+	SPI_connect();
+	if (!lookup_owner("flows", name, &owner, &owner_name))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("flow \"%s\" does not exist", name)));
+	sdp_check_owner(owner, owner_name, "flow", name);
+	values[0] = CStringGetTextDatum(name);
+	values[1] = Int32GetDatum(workers);
+	catalog_execute("SELECT operator FROM sdp.flows WHERE name = $1 FOR UPDATE", 1, argtypes, values, NULL, false);
+	if (SPI_processed == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("flow \"%s\" does not exist", name)));
+	opname = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+	if (opname != NULL)
+		op = sdp_find_operator(opname);
+	check_flow_workers(workers, op);
+	catalog_execute("UPDATE sdp.flows SET options = options || jsonb_build_object('workers', $2) WHERE name = $1",
+					2, argtypes, values, NULL, false);
+	SPI_finish();
+	sdp_wake_launcher_at_commit();
 	PG_RETURN_VOID();
 }

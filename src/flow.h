@@ -32,7 +32,7 @@ typedef struct SdpFlowOptions
 	bool		mode_given;		/* mode was set explicitly */
 	SdpWriteMode mode;
 	SdpOnError	on_error;
-	int			workers;
+	int			workers;		/* background workers, each consuming its share of the partitions */
 	int			checkpoint_interval_ms;
 	char	   *synchronous_commit;
 	int			max_batch_rows;
@@ -102,6 +102,7 @@ extern void sdp_parse_source_options(Jsonb *options, SdpSourceDef *source);
 extern int	sdp_interval_option_ms(const char *option, const char *text);
 extern int64 sdp_interval_option_us(const char *option, const char *text);
 extern const char *sdp_write_mode_name(SdpWriteMode mode);
+extern void sdp_check_workers(int workers);
 
 /* input_schema.c */
 extern SdpInputSchema *sdp_parse_input_schema(const char *schema_text);

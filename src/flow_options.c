@@ -8,6 +8,7 @@
  */
 #include "flow.h"
 
+#include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/datetime.h"
 #include "utils/guc.h"
@@ -212,15 +213,7 @@ sdp_parse_flow_options(Jsonb *options, SdpFlowOptions *opts)
 						 errhint("Valid values are \"dead_letter\", \"skip\" and \"fail\".")));
 		}
 		else if (strcmp(key, "workers") == 0)
-		{
-			opts->workers = int_option(key, jsonb_scalar_text(key, &v), 1, 64);
-			if (opts->workers != 1)
-				ereport(ERROR,
-						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-						 errmsg("option \"workers\" must be 1 in this version"),
-						 errdetail("A flow runs in one background worker that consumes every partition of its topic."),
-						 errhint("Declare several flows over sources of disjoint topics to use more workers.")));
-		}
+			opts->workers = int_option(key, jsonb_scalar_text(key, &v), 1, SDP_MAX_WORKERS);
 		else if (strcmp(key, "checkpoint_interval") == 0)
 			opts->checkpoint_interval_ms = Max(1, sdp_interval_option_ms(key, jsonb_scalar_text(key, &v)));
 		else if (strcmp(key, "progress_interval") == 0)
@@ -320,4 +313,30 @@ sdp_parse_source_options(Jsonb *options, SdpSourceDef *source)
 		else
 			source->properties = lappend(lappend(source->properties, key), val);
 	}
+}
+
+/*
+ * A flow's number of workers must be one it can ever get: each takes a flow
+ * worker slot (sdp.max_flows) and a background worker (max_worker_processes,
+ * which the launcher shares).  Fewer free than that now is not an error:
+ * the flow waits, and sdp.flow_status says why.  A stateful flow runs in
+ * one worker unless its operator's keys follow the Kafka key (operator.c
+ * decides, at its validation).
+ */
+void
+sdp_check_workers(int workers)
+{
+	if (workers > sdp_max_flows)
+		ereport(ERROR,
+				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+				 errmsg("a flow with %d workers needs %d flow worker slots, but sdp.max_flows is %d",
+						workers, workers, sdp_max_flows),
+				 errhint("Raise sdp.max_flows (and max_worker_processes) and restart the server, or ask for fewer workers.")));
+	if (workers > max_worker_processes - 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+				 errmsg("a flow with %d workers needs %d background workers, but max_worker_processes is %d and the sdp launcher takes one",
+						workers, workers, max_worker_processes),
+				 errhint("Raise max_worker_processes to at least %d (plus what other flows and extensions use) and restart the server.",
+						 workers + 1)));
 }

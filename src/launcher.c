@@ -80,7 +80,9 @@ typedef struct WantedFlow
 	char		owner_name[NAMEDATALEN];
 	bool		owner_can_login;	/* the worker logs in as the owner */
 	bool		wanted;			/* enabled and not failed */
-	bool		seen;
+	int			workers;		/* the flow option workers */
+	uint64		have;			/* the workers that have a slot (bit worker_no) */
+	bool		leaving;		/* workers of an earlier incarnation or layout are still stopping */
 } WantedFlow;
 
 /* Launcher-private: the handle of the worker started for each slot. */
@@ -228,6 +230,15 @@ read_flows(int *nflows)
 	bool		overflow;
 
 	*nflows = 0;
+
+	/*
+	 * Lock the catalogs before taking the snapshot they are read with: an
+	 * update that rewrites one (ALTER TABLE ... TYPE, as sdp_ext--0.1--0.2.sql
+	 * does) gives every row its own transaction id, which a snapshot taken
+	 * while it ran would not see: no flow at all, and every worker stopped.
+	 */
+	(void) RangeVarGetRelid(makeRangeVar(SDP_SCHEMA, "flows", -1), AccessShareLock, true);
+	(void) RangeVarGetRelid(makeRangeVar(SDP_SCHEMA, "sources", -1), AccessShareLock, true);
 	SPI_connect();
 	PushActiveSnapshot(GetTransactionSnapshot());
 	sdp_catalog_enter(&scope);
@@ -247,7 +258,8 @@ read_flows(int *nflows)
 		counts[i] = (int32) Min(DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2, &isnull)),
 								PG_INT32_MAX);
 	}
-	if (SPI_execute(psprintf("SELECT f.id, f.name, f.enabled AND f.failed_at IS NULL, r.oid, f.owner::text, r.rolcanlogin "
+	if (SPI_execute(psprintf("SELECT f.id, f.name, f.enabled AND f.failed_at IS NULL, r.oid, f.owner::text, r.rolcanlogin, "
+							 "       coalesce((f.options->>'workers')::int, 1) "
 							 "  FROM sdp.flows f LEFT JOIN pg_catalog.pg_roles r ON r.oid = %s "
 							 " ORDER BY f.id", sdp_owner_oid_sql("f.owner")),
 					true, 0) != SPI_OK_SELECT)
@@ -278,6 +290,8 @@ read_flows(int *nflows)
 			f->owner = InvalidOid;
 		strlcpy(f->owner_name, SPI_getvalue(tup, desc, 5), NAMEDATALEN);
 		f->owner_can_login = DatumGetBool(SPI_getbinval(tup, desc, 6, &isnull)) && !isnull;
+		f->workers = DatumGetInt32(SPI_getbinval(tup, desc, 7, &isnull));
+		f->workers = Max(1, Min(f->workers, SDP_MAX_WORKERS));
 	}
 	*nflows = (int) SPI_processed;
 	PopActiveSnapshot();
@@ -336,7 +350,10 @@ start_worker(int slotno, WantedFlow *f)
 	worker.bgw_restart_time = BGW_NEVER_RESTART;
 	strlcpy(worker.bgw_library_name, "sdp_ext", BGW_MAXLEN);
 	strlcpy(worker.bgw_function_name, "sdp_flow_worker_main", BGW_MAXLEN);
-	snprintf(worker.bgw_name, BGW_MAXLEN, "sdp flow %s", f->name);
+	if (slot->nworkers > 1)
+		snprintf(worker.bgw_name, BGW_MAXLEN, "sdp flow %s #%d", f->name, slot->worker_no);
+	else
+		snprintf(worker.bgw_name, BGW_MAXLEN, "sdp flow %s", f->name);
 	strlcpy(worker.bgw_type, "sdp flow", BGW_MAXLEN);
 	worker.bgw_notify_pid = MyProcPid;
 	worker.bgw_main_arg = Int32GetDatum(slotno);
@@ -346,6 +363,8 @@ start_worker(int slotno, WantedFlow *f)
 	args.dboid = MyDatabaseId;
 	args.owner = f->owner;
 	args.flow_id = f->id;
+	args.worker_no = slot->worker_no;
+	args.nworkers = slot->nworkers;
 	strlcpy(args.name, f->name, NAMEDATALEN);
 	memcpy(worker.bgw_extra, &args, sizeof(args));
 
@@ -469,7 +488,12 @@ stop_worker(int slotno, const SlotView *v)
 /*
  * Make the running workers match sdp.flows: start flows that should run,
  * stop the ones that should not, restart crashed ones after a backoff, and
- * free the slots of flows that are gone.
+ * free the slots of flows that are gone.  A flow with the option workers =
+ * N has N slots; when N changes, every worker of the old layout is stopped,
+ * and the new ones start only once all of them have gone, so that no
+ * partition is ever consumed by two workers at once.  A flow starts with
+ * all its workers or none: it waits, with the reason, until enough slots
+ * are free.
  */
 static void
 launcher_reconcile(void)
@@ -477,6 +501,7 @@ launcher_reconcile(void)
 	WantedFlow *flows;
 	int			nflows;
 	TimestampTz now;
+	int			nfree;
 
 	sdp_start_transaction();
 	flows = read_flows(&nflows);
@@ -495,8 +520,6 @@ launcher_reconcile(void)
 		for (int i = 0; i < nflows; i++)
 			if (strcmp(flows[i].name, slot->name) == 0)
 				f = &flows[i];
-		if (f)
-			f->seen = true;
 
 		slot_view(slot, &v);
 		/* a slot an earlier launcher set up: adopt its worker */
@@ -504,16 +527,20 @@ launcher_reconcile(void)
 			slot_flow_ids[s] = v.flow_id;
 		gone = (v.state == SDP_FLOW_RESTARTING) || worker_gone(s, &v, now);
 
-		if (f == NULL || !f->wanted || f->id != slot_flow_ids[s] || f->owner != v.owner)
+		if (f == NULL || !f->wanted || f->id != slot_flow_ids[s] || f->owner != v.owner ||
+			slot->nworkers != f->workers)
 		{
 			/*
-			 * not wanted (any more), or given to another role (REASSIGN
-			 * OWNED) or its role gone: stop the worker, and free the slot
-			 * once it has gone (a flow still wanted starts again below)
+			 * not wanted (any more), given to another role (REASSIGN OWNED)
+			 * or its role gone, or its number of workers changed: stop the
+			 * worker, and free the slot once it has gone (a flow still
+			 * wanted starts again below, once all its old workers have)
 			 */
 			if (!gone)
 			{
 				stop_worker(s, &v);
+				if (f != NULL)
+					f->leaving = true;
 				continue;
 			}
 			if (slot_handles[s] != NULL)
@@ -521,10 +548,9 @@ launcher_reconcile(void)
 			slot_handles[s] = NULL;
 			slot_flow_ids[s] = 0;
 			sdp_slot_free(s);
-			if (f != NULL)
-				f->seen = false;	/* a new flow under the same name starts below */
 			continue;
 		}
+		f->have |= UINT64CONST(1) << slot->worker_no;
 
 		if (v.state == SDP_FLOW_RESTARTING)
 		{
@@ -560,28 +586,46 @@ launcher_reconcile(void)
 	}
 
 	SdpShmem->nwaiting = 0;
+	nfree = sdp_slots_free();
 	for (int i = 0; i < nflows; i++)
 	{
 		WantedFlow *f = &flows[i];
-		int			s;
+		int			missing = 0;
 
-		if (f->seen || !f->wanted)
+		if (!f->wanted || f->leaving)
 			continue;
-		s = sdp_slot_allocate(f->name);
-		if (s < 0)
+		for (int k = 0; k < f->workers; k++)
+			missing += (f->have & (UINT64CONST(1) << k)) == 0;
+		if (missing == 0)
+			continue;
+		if (missing > nfree)
 		{
 			/* sdp.flow_status shows it waiting, with the reason */
 			if (SdpShmem->nwaiting < SDP_MAX_WAITING)
-				strlcpy(SdpShmem->waiting[SdpShmem->nwaiting++], f->name, NAMEDATALEN);
+			{
+				strlcpy(SdpShmem->waiting[SdpShmem->nwaiting], f->name, NAMEDATALEN);
+				SdpShmem->waiting_workers[SdpShmem->nwaiting] = missing;
+				SdpShmem->nwaiting++;
+			}
 			if (!warned_max_flows)
 				ereport(WARNING,
-						(errmsg("sdp flow \"%s\" cannot start: all %d flow slots are in use",
-								f->name, SdpShmem->max_flows),
+						(errmsg("sdp flow \"%s\" cannot start: it needs %d flow worker slots, and %d of the %d are free",
+								f->name, missing, nfree, SdpShmem->max_flows),
 						 errhint("Raise sdp.max_flows and restart the server, or stop another flow.")));
 			warned_max_flows = true;
 			continue;
 		}
-		start_worker(s, f);
+		for (int k = 0; k < f->workers; k++)
+		{
+			int			s;
+
+			if (f->have & (UINT64CONST(1) << k))
+				continue;
+			s = sdp_slot_allocate(f->name, k, f->workers);
+			Assert(s >= 0);
+			nfree--;
+			start_worker(s, f);
+		}
 	}
 	LWLockRelease(SdpShmem->lock);
 

@@ -1,62 +1,120 @@
 /*
  * metrics.c
- *		Latency samples of a flow and their percentiles.
+ *		Latencies of a flow's messages and their percentiles.
  *
  * For every message the worker records three latencies, like Spark's
  * Real-Time Mode progress: processingLatencyMs (read from Kafka ->
  * committed), sourceQueuingLatencyMs (Kafka timestamp -> read) and
- * e2eLatencyMs (Kafka timestamp -> committed).  Each reporting interval
- * keeps at most 'capacity' samples (a uniform reservoir when more arrive),
- * so memory is fixed however high the rate; at the end of the interval the
- * percentiles are computed by sorting and published in the flow's slot.
+ * e2eLatencyMs (Kafka timestamp -> committed).  Each goes into a histogram
+ * of the reporting interval: 32 buckets per power of two from 1/1024 ms
+ * up, so a bucket is at most 1/32 (3.1 %) of its value wide, and the
+ * exact smallest and largest values beside.  Memory is fixed however high
+ * the rate, every message counts, and histograms add up: the workers of a
+ * flow each publish theirs, and sdp_flow_progress() reads the flow's
+ * percentiles from their sum (sdp_histogram_merge).
  */
 #include "metrics.h"
 
 #include <math.h>
 
-#include "utils/memutils.h"
-#include "utils/timestamp.h"
+/* The histogram's first bucket ends at 2^SDP_HISTOGRAM_MIN_EXP ms. */
+#define SDP_HISTOGRAM_MIN_EXP	(-10)
 
 void
-sdp_metrics_init(SdpMetrics *m, int capacity)
+sdp_metrics_init(SdpMetrics *m)
 {
 	memset(m, 0, sizeof(*m));
-	m->capacity = capacity;
-	m->processing = MemoryContextAlloc(TopMemoryContext, sizeof(float4) * capacity);
-	m->queuing = MemoryContextAlloc(TopMemoryContext, sizeof(float4) * capacity);
-	m->e2e = MemoryContextAlloc(TopMemoryContext, sizeof(float4) * capacity);
-	m->scratch = MemoryContextAlloc(TopMemoryContext, sizeof(float4) * capacity);
-	m->rng = 0x9E3779B97F4A7C15ULL;
 	m->interval_start = GetCurrentTimestamp();
 }
 
-/* xorshift64*: cheap, and good enough to pick reservoir slots */
-static uint64
-next_random(SdpMetrics *m)
+/* The bucket of a value in ms: octave by its binary exponent, then 32 linear steps. */
+static inline int
+histogram_bucket(double ms)
 {
-	m->rng ^= m->rng >> 12;
-	m->rng ^= m->rng << 25;
-	m->rng ^= m->rng >> 27;
-	return m->rng * 0x2545F4914F6CDD1DULL;
+	int			exp;
+	double		mant;
+	int			b;
+
+	if (!(ms > 0))				/* zero, negative (clocks), NaN */
+		return 0;
+	mant = frexp(ms, &exp);		/* ms = mant * 2^exp, mant in [0.5, 1) */
+	exp -= SDP_HISTOGRAM_MIN_EXP + 1;
+	if (exp < 0)
+		return 0;
+	b = exp * SDP_HISTOGRAM_STEPS + (int) ((mant - 0.5) * 2 * SDP_HISTOGRAM_STEPS);
+	return Min(b, SDP_HISTOGRAM_BUCKETS - 1);
+}
+
+/* The middle of a bucket, in ms. */
+static double
+histogram_value(int b)
+{
+	int			octave = b / SDP_HISTOGRAM_STEPS;
+	int			step = b % SDP_HISTOGRAM_STEPS;
+
+	return ldexp(0.5 + (step + 0.5) / (2.0 * SDP_HISTOGRAM_STEPS), octave + SDP_HISTOGRAM_MIN_EXP + 1);
+}
+
+static inline void
+histogram_add(SdpLatencyHistogram *h, double ms)
+{
+	if (h->count == 0 || ms < h->min)
+		h->min = ms;
+	if (h->count == 0 || ms > h->max)
+		h->max = ms;
+	h->count++;
+	h->buckets[histogram_bucket(ms)]++;
+}
+
+/* Add histogram src into dst. */
+void
+sdp_histogram_merge(SdpLatencyHistogram *dst, const SdpLatencyHistogram *src)
+{
+	if (src->count == 0)
+		return;
+	if (dst->count == 0 || src->min < dst->min)
+		dst->min = src->min;
+	if (dst->count == 0 || src->max > dst->max)
+		dst->max = src->max;
+	dst->count += src->count;
+	for (int b = 0; b < SDP_HISTOGRAM_BUCKETS; b++)
+		dst->buckets[b] += src->buckets[b];
+}
+
+/*
+ * Nearest-rank percentiles of a histogram: the middle of the bucket that
+ * holds the rank, within the exact smallest and largest values; P0 is the
+ * smallest.
+ */
+void
+sdp_histogram_percentiles(const SdpLatencyHistogram *h, SdpPercentiles *out)
+{
+	static const double ps[4] = {50.0, 90.0, 95.0, 99.0};
+	double	   *outs[4] = {&out->p50, &out->p90, &out->p95, &out->p99};
+	int64		seen = 0;
+	int			b = 0;
+
+	memset(out, 0, sizeof(*out));
+	out->samples = h->count;
+	if (h->count == 0)
+		return;
+	out->p0 = h->min;
+	for (int i = 0; i < 4; i++)
+	{
+		int64		rank = Max(1, (int64) ceil(ps[i] / 100.0 * h->count));
+
+		while (seen + h->buckets[b] < rank && b < SDP_HISTOGRAM_BUCKETS - 1)
+			seen += h->buckets[b++];
+		*outs[i] = Max(h->min, Min(h->max, histogram_value(b)));
+	}
 }
 
 void
 sdp_metrics_record(SdpMetrics *m, double processing_ms, double queuing_ms, double e2e_ms)
 {
-	int64		slot;
-
-	m->seen++;
-	if (m->nsamples < m->capacity)
-		slot = m->nsamples++;
-	else
-	{
-		slot = (int64) (next_random(m) % (uint64) m->seen);
-		if (slot >= m->capacity)
-			return;
-	}
-	m->processing[slot] = (float4) processing_ms;
-	m->queuing[slot] = (float4) queuing_ms;
-	m->e2e[slot] = (float4) e2e_ms;
+	histogram_add(&m->processing, processing_ms);
+	histogram_add(&m->queuing, queuing_ms);
+	histogram_add(&m->e2e, e2e_ms);
 }
 
 void
@@ -69,40 +127,11 @@ sdp_metrics_batch(SdpMetrics *m, int64 input_rows, int64 output_rows, double bat
 	m->batch_ms_total += batch_ms;
 }
 
-static int
-float4_cmp(const void *a, const void *b)
-{
-	float4		x = *(const float4 *) a;
-	float4		y = *(const float4 *) b;
-
-	return (x > y) - (x < y);
-}
-
-/* Nearest-rank percentiles of the first n values of samples (sorted in scratch). */
-static void
-percentiles(const float4 *samples, float4 *scratch, int n, SdpPercentiles *out)
-{
-	memset(out, 0, sizeof(*out));
-	out->samples = n;
-	if (n == 0)
-		return;
-	memcpy(scratch, samples, sizeof(float4) * n);
-	qsort(scratch, n, sizeof(float4), float4_cmp);
-#define RANK(p) scratch[Max(0, Min(n - 1, (int) ceil((p) / 100.0 * n) - 1))]
-	out->p0 = scratch[0];
-	out->p50 = RANK(50.0);
-	out->p90 = RANK(90.0);
-	out->p95 = RANK(95.0);
-	out->p99 = RANK(99.0);
-#undef RANK
-}
-
 /* Close the interval: publish its figures in *out and start a new one. */
 void
 sdp_metrics_report(SdpMetrics *m, TimestampTz now, SdpProgress *out)
 {
 	double		secs = (double) (now - m->interval_start) / 1000000.0;
-	double		batch_secs = m->batch_ms_total / 1000.0;
 
 	out->report_id = ++m->report_id;
 	out->timestamp = now;
@@ -110,20 +139,32 @@ sdp_metrics_report(SdpMetrics *m, TimestampTz now, SdpProgress *out)
 	out->batches = m->batches;
 	out->input_rows = m->input_rows;
 	out->output_rows = m->output_rows;
-	out->input_rows_per_s = secs > 0 ? m->input_rows / secs : 0;
-	out->processed_rows_per_s = batch_secs > 0 ? m->input_rows / batch_secs : 0;
-	out->batch_ms_avg = m->batches > 0 ? m->batch_ms_total / m->batches : 0;
+	out->batch_ms_total = m->batch_ms_total;
 	out->max_batch_rows = m->max_batch_rows;
-	percentiles(m->processing, m->scratch, m->nsamples, &out->processing);
-	percentiles(m->queuing, m->scratch, m->nsamples, &out->queuing);
-	percentiles(m->e2e, m->scratch, m->nsamples, &out->e2e);
+	out->input_rows_per_s = secs > 0 ? m->input_rows / secs : 0;
+	out->processed_rows_per_s = m->batch_ms_total > 0 ? m->input_rows / (m->batch_ms_total / 1000.0) : 0;
+	out->processing_hist = m->processing;
+	out->queuing_hist = m->queuing;
+	out->e2e_hist = m->e2e;
+	sdp_progress_finish(out);
 
 	m->interval_start = now;
-	m->nsamples = 0;
-	m->seen = 0;
+	memset(&m->processing, 0, sizeof(m->processing));
+	memset(&m->queuing, 0, sizeof(m->queuing));
+	memset(&m->e2e, 0, sizeof(m->e2e));
 	m->batches = 0;
 	m->input_rows = 0;
 	m->output_rows = 0;
 	m->max_batch_rows = 0;
 	m->batch_ms_total = 0;
+}
+
+/* A report's average batch time and percentiles, from its sums and histograms. */
+void
+sdp_progress_finish(SdpProgress *p)
+{
+	p->batch_ms_avg = p->batches > 0 ? p->batch_ms_total / p->batches : 0;
+	sdp_histogram_percentiles(&p->processing_hist, &p->processing);
+	sdp_histogram_percentiles(&p->queuing_hist, &p->queuing);
+	sdp_histogram_percentiles(&p->e2e_hist, &p->e2e);
 }

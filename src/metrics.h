@@ -1,6 +1,6 @@
 /*
  * metrics.h
- *		Latency samples of a flow and their percentiles (metrics.c).
+ *		Latencies of a flow's messages and their percentiles (metrics.c).
  */
 #ifndef SDP_METRICS_H
 #define SDP_METRICS_H
@@ -9,14 +9,9 @@
 
 typedef struct SdpMetrics
 {
-	int			capacity;		/* samples kept per interval */
-	int			nsamples;
-	int64		seen;			/* samples offered this interval */
-	float4	   *processing;
-	float4	   *queuing;
-	float4	   *e2e;
-	float4	   *scratch;
-	uint64		rng;
+	SdpLatencyHistogram processing;
+	SdpLatencyHistogram queuing;
+	SdpLatencyHistogram e2e;
 
 	TimestampTz interval_start;
 	int64		batches;
@@ -27,7 +22,7 @@ typedef struct SdpMetrics
 	int64		report_id;
 } SdpMetrics;
 
-extern void sdp_metrics_init(SdpMetrics *m, int capacity);
+extern void sdp_metrics_init(SdpMetrics *m);
 extern void sdp_metrics_record(SdpMetrics *m, double processing_ms, double queuing_ms, double e2e_ms);
 extern void sdp_metrics_batch(SdpMetrics *m, int64 input_rows, int64 output_rows, double batch_ms);
 extern void sdp_metrics_report(SdpMetrics *m, TimestampTz now, SdpProgress *out);

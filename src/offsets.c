@@ -34,17 +34,35 @@
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
 
+/* Whether the flow is still declared (in a catalog scope, with SPI connected). */
+static bool
+flow_exists(FlowWorker *w)
+{
+	Oid			argtypes[1] = {INT8OID};
+	Datum		values[1] = {Int64GetDatum(w->args.flow_id)};
+
+	if (SPI_execute_with_args("SELECT 1 FROM sdp.flows WHERE id = $1", 1, argtypes, values, NULL, false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read sdp.flows");
+	return SPI_processed > 0;
+}
+
 /* The statements on sdp.offsets (in a catalog scope, with SPI connected). */
 void
 sdp_offsets_prepare(FlowWorker *w)
 {
-	Oid			types[3] = {INT8OID, INT4ARRAYOID, INT8ARRAYOID};
+	Oid			types[4] = {INT8OID, INT4ARRAYOID, INT8ARRAYOID, INT8ARRAYOID};
 
-	/* offsets rows exist for every assigned partition (sdp_assign_partitions), so a batch updates them */
+	/*
+	 * offsets rows exist for every assigned partition (sdp_assign_partitions),
+	 * so a batch updates them; with the offsets the worker last stored ($4),
+	 * only where they still stand: a row another worker of the flow moved
+	 * meanwhile is not updated (see sdp_store_offsets)
+	 */
 	w->offsets_plan = SPI_prepare("UPDATE sdp.offsets o SET next_offset = u.o, updated_at = now() "
-								  "FROM unnest($2, $3) AS u(p, o) "
-								  "WHERE o.flow_id = $1 AND o.partition = u.p",
-								  3, types);
+								  "FROM unnest($2, $3, $4) AS u(p, o, e) "
+								  "WHERE o.flow_id = $1 AND o.partition = u.p "
+								  "AND (u.e IS NULL OR o.next_offset = u.e)",
+								  4, types);
 	/* a new partition's state_offset starts where the partition starts, with no state */
 	w->offsets_insert_plan = SPI_prepare("INSERT INTO sdp.offsets AS o (flow_id, partition, next_offset, state_offset, updated_at) "
 										 "SELECT $1, u.p, u.o, u.o, now() FROM unnest($2, $3) AS u(p, o) "
@@ -57,37 +75,65 @@ sdp_offsets_prepare(FlowWorker *w)
 	SPI_keepplan(w->offsets_insert_plan);
 }
 
+static ArrayType *
+int8_array(const int64 *values, int n)
+{
+	Datum	   *d = palloc(sizeof(Datum) * Max(n, 1));
+
+	for (int i = 0; i < n; i++)
+		d[i] = Int64GetDatum(values[i]);
+	return construct_array(d, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE);
+}
+
 /*
  * Store the next offsets of partitions; runs inside a transaction with SPI
  * connected.  'fresh' partitions get their row; the others already have one
  * and are updated, which also proves the flow still exists: if it was
  * dropped meanwhile (its offsets rows cascade away), the batch fails and
  * nothing of it commits.
+ *
+ * 'expected' (or NULL) are the offsets the worker last stored for those
+ * partitions: a fence.  The launcher never runs two workers on one
+ * partition (a change of the flow's workers stops the old ones before it
+ * starts the new), and if that ever failed, the one whose offsets are no
+ * longer where it left them exits instead of writing the same messages
+ * again: its successor reads the offsets afresh.
  */
 void
-sdp_store_offsets(FlowWorker *w, int n, const int32 *partitions, const int64 *offsets, bool fresh)
+sdp_store_offsets(FlowWorker *w, int n, const int32 *partitions, const int64 *offsets,
+				  const int64 *expected, bool fresh)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	SdpCatalogScope scope;
-	Datum		values[3];
+	Datum		values[4];
+	char		nulls[4] = {' ', ' ', ' ', ' '};
 	Datum	   *pd = palloc(sizeof(Datum) * n);
-	Datum	   *od = palloc(sizeof(Datum) * n);
 	int			rc;
 
 	for (int i = 0; i < n; i++)
-	{
 		pd[i] = Int32GetDatum(partitions[i]);
-		od[i] = Int64GetDatum(offsets[i]);
-	}
 	values[0] = Int64GetDatum(w->args.flow_id);
 	values[1] = PointerGetDatum(construct_array(pd, n, INT4OID, 4, true, TYPALIGN_INT));
-	values[2] = PointerGetDatum(construct_array(od, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+	values[2] = PointerGetDatum(int8_array(offsets, n));
+	values[3] = expected ? PointerGetDatum(int8_array(expected, n)) : (Datum) 0;
+	nulls[3] = expected ? ' ' : 'n';
+	Assert(!(fresh && expected));
 	sdp_catalog_enter(&scope);
-	rc = SPI_execute_plan(fresh ? w->offsets_insert_plan : w->offsets_plan, values, NULL, false, 0);
+	rc = SPI_execute_plan(fresh ? w->offsets_insert_plan : w->offsets_plan, values, nulls, false, 0);
 	MemoryContextSwitchTo(cxt);
 	sdp_catalog_leave(&scope);
 	if (rc != (fresh ? SPI_OK_INSERT : SPI_OK_UPDATE))
 		elog(ERROR, "could not store offsets: %s", SPI_result_code_string(rc));
+	if (SPI_processed != (uint64) n && expected != NULL && flow_exists(w))
+	{
+		char	   *msg = psprintf("the stored offsets of its partitions are no longer where this worker left them: "
+								   "another worker of the flow consumed them; restarting from the stored offsets");
+
+		sdp_worker_set_error(w, msg);
+		ereport(FATAL,
+				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+				 errmsg("sdp flow \"%s\" worker %d: %s", w->args.name, w->args.worker_no, msg)));
+	}
 	if (SPI_processed != (uint64) n)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
@@ -116,6 +162,7 @@ sdp_write_moved_offsets(FlowWorker *w, const int64 *next)
 {
 	int32	   *parts = palloc(sizeof(int32) * Max(w->npartitions, 1));
 	int64	   *offs = palloc(sizeof(int64) * Max(w->npartitions, 1));
+	int64	   *expected = palloc(sizeof(int64) * Max(w->npartitions, 1));
 	int			n = 0;
 
 	for (int i = 0; i < w->npartitions; i++)
@@ -123,10 +170,11 @@ sdp_write_moved_offsets(FlowWorker *w, const int64 *next)
 		{
 			parts[n] = w->partitions[i];
 			offs[n] = next[i];
+			expected[n] = w->next_offset[i];
 			n++;
 		}
 	if (n > 0)
-		sdp_store_offsets(w, n, parts, offs, false);
+		sdp_store_offsets(w, n, parts, offs, expected, false);
 }
 
 /* Show the assigned partitions and their committed offsets in the slot. */
@@ -392,7 +440,7 @@ sdp_assign_partitions(FlowWorker *w, int n, int32 *partitions)
 		fresh[nfresh++] = partitions[i];
 	}
 	if (nfresh > 0)
-		sdp_store_offsets(w, nfresh, fresh, fresh_off, true);
+		sdp_store_offsets(w, nfresh, fresh, fresh_off, NULL, true);
 	if (has_flag && !stored && (nfresh > 0 || nrows > 0))
 	{
 		/*

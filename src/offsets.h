@@ -12,7 +12,7 @@ extern void sdp_wait_for_restore(FlowWorker *w);
 extern bool sdp_flow_has_run(FlowWorker *w);
 extern void sdp_assign_partitions(FlowWorker *w, int n, int32 *partitions);
 extern void sdp_store_offsets(FlowWorker *w, int n, const int32 *partitions,
-							  const int64 *offsets, bool fresh);
+							  const int64 *offsets, const int64 *expected, bool fresh);
 extern void sdp_next_offsets(FlowWorker *w, Batch *b, int64 *next);
 extern void sdp_write_moved_offsets(FlowWorker *w, const int64 *next);
 extern void sdp_publish_committed(FlowWorker *w);

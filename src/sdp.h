@@ -42,15 +42,17 @@
 #define SDP_EXTENSION_NAME		"sdp_ext"
 #define SDP_SCHEMA				"sdp"
 
-/* Upper bound on partitions of one flow's topic shown in shared memory. */
+/* Upper bound on partitions of one flow worker shown in shared memory. */
 #define SDP_MAX_PARTITIONS		1024
 #define SDP_ERROR_LEN			512
 /* what other roles see in place of a flow's error text (as in pg_stat_activity) */
 #define SDP_INSUFFICIENT_PRIVILEGE	"<insufficient privilege>"
-/* Flows waiting for a free slot (past sdp.max_flows) that sdp.flow_status names. */
+/* Flows waiting for free slots (past sdp.max_flows) that sdp.flow_status names. */
 #define SDP_MAX_WAITING			64
 /* Roles owning flows or sources that the launcher publishes for DROP ROLE in other databases. */
 #define SDP_MAX_OWNERS			256
+/* Upper bound of the flow option workers. */
+#define SDP_MAX_WORKERS			64
 
 /* GUCs (sdp_main.c) */
 extern char *sdp_database;
@@ -90,7 +92,24 @@ typedef struct SdpPercentiles
 	int64		samples;
 } SdpPercentiles;
 
-/* The latest progress report of a flow (Spark's StreamingQueryProgress). */
+/*
+ * A histogram of latencies in ms (metrics.c): SDP_HISTOGRAM_STEPS buckets
+ * per power of two from 1/1024 ms, and the exact extremes.
+ */
+#define SDP_HISTOGRAM_STEPS		32
+#define SDP_HISTOGRAM_BUCKETS	(32 * SDP_HISTOGRAM_STEPS)
+typedef struct SdpLatencyHistogram
+{
+	int64		count;
+	double		min;
+	double		max;
+	uint32		buckets[SDP_HISTOGRAM_BUCKETS];
+} SdpLatencyHistogram;
+
+/*
+ * The latest progress report of a flow worker (Spark's
+ * StreamingQueryProgress); a flow's is the sum of its workers'.
+ */
 typedef struct SdpProgress
 {
 	int64		report_id;		/* 0 = no report yet */
@@ -102,11 +121,15 @@ typedef struct SdpProgress
 	double		input_rows_per_s;
 	double		processed_rows_per_s;
 	double		batch_ms_avg;
+	double		batch_ms_total;
 	int64		max_batch_rows;
 	int64		fetcher_wakes;	/* since the worker started: wake_fetcher_if_behind */
 	SdpPercentiles processing;	/* read from Kafka -> committed */
 	SdpPercentiles queuing;		/* Kafka timestamp -> read */
 	SdpPercentiles e2e;			/* Kafka timestamp -> committed */
+	SdpLatencyHistogram processing_hist;	/* what the percentiles are read from */
+	SdpLatencyHistogram queuing_hist;
+	SdpLatencyHistogram e2e_hist;
 } SdpProgress;
 
 typedef struct SdpPartitionStat
@@ -117,10 +140,12 @@ typedef struct SdpPartitionStat
 } SdpPartitionStat;
 
 /*
- * One flow's slot in shared memory.
+ * One flow worker's slot in shared memory: a flow with the option workers
+ * = N has N slots of the same name, worker_no 0 .. N-1, each worker
+ * consuming its own partitions.
  *
  * Locking: SdpShared->lock (exclusive) guards allocating and freeing slots,
- * i.e. in_use and name; readers that look a slot up by name hold it shared.
+ * i.e. in_use, name, worker_no and nworkers; readers that look a slot up by name hold it shared.
  * Everything else in a slot is guarded by its spinlock 'mutex': the worker
  * updates its counters and state under it, readers copy the slot out under
  * it and format the copy.  Nobody holds the spinlock across anything but
@@ -131,6 +156,8 @@ typedef struct SdpFlowSlot
 	/* guarded by SdpShared->lock */
 	bool		in_use;
 	char		name[NAMEDATALEN];
+	int			worker_no;		/* which of the flow's workers: 0 .. nworkers - 1 */
+	int			nworkers;		/* the flow's workers when the slot was allocated */
 
 	/* guarded by mutex */
 	slock_t		mutex;
@@ -190,6 +217,7 @@ typedef struct SdpShared
 	/* guarded by lock: enabled flows the launcher found no free slot for (the first SDP_MAX_WAITING) */
 	int			nwaiting;
 	char		waiting[SDP_MAX_WAITING][NAMEDATALEN];
+	int			waiting_workers[SDP_MAX_WAITING];	/* the slots each needs */
 	/*
 	 * guarded by lock: the roles owning flows or sources in sdp.database and
 	 * how many, as the launcher last read them; DROP ROLE run in another
@@ -209,7 +237,9 @@ extern void sdp_shmem_request(void);
 extern void sdp_shmem_startup(void);
 extern void sdp_require_shmem(void);
 extern int	sdp_slot_find(const char *name);
-extern int	sdp_slot_allocate(const char *name);
+extern int	sdp_slot_next(const char *name, int after);
+extern int	sdp_slot_allocate(const char *name, int worker_no, int nworkers);
+extern int	sdp_slots_free(void);
 extern void sdp_slot_free(int slotno);
 extern void sdp_slot_copy(int slotno, SdpFlowSlot *copy);
 extern void sdp_wake_launcher(void);
@@ -238,6 +268,11 @@ sdp_timestamp_text(TimestampTz t)
 {
 	return pstrdup(timestamptz_to_str(t));
 }
+
+/* metrics.c: what status.c needs to sum the reports of a flow's workers */
+extern void sdp_histogram_merge(SdpLatencyHistogram *dst, const SdpLatencyHistogram *src);
+extern void sdp_histogram_percentiles(const SdpLatencyHistogram *h, SdpPercentiles *out);
+extern void sdp_progress_finish(SdpProgress *p);
 
 /* roles.c */
 extern void sdp_install_utility_hook(void);

@@ -66,8 +66,8 @@ sdp_define_gucs(void)
 							   NULL, NULL, NULL);
 
 	DefineCustomIntVariable("sdp.max_flows",
-							"Maximum number of flows that can run at once.",
-							"Each running flow uses one background worker; max_worker_processes must leave room for them.",
+							"Maximum number of flow workers that can run at once.",
+							"A running flow uses as many background workers as its option workers says (1 by default); max_worker_processes must leave room for them.",
 							&sdp_max_flows,
 							16, 1, 1024,
 							PGC_POSTMASTER,

@@ -2,9 +2,10 @@
  * shmem.c
  *		The flow slots in shared memory.
  *
- * One SdpShared struct holds a slot per possible running flow (sdp.max_flows).
- * The launcher allocates a slot when it starts a flow's worker and frees it
- * when the flow is stopped or dropped; the worker publishes its state,
+ * One SdpShared struct holds a slot per possible flow worker (sdp.max_flows):
+ * a flow with the option workers = N takes N slots.  The launcher allocates
+ * a slot when it starts a flow's worker and frees it when the flow is
+ * stopped or dropped (or its number of workers changed); the worker publishes its state,
  * counters, partition offsets and progress reports in it; SQL functions read
  * it for sdp.flow_status and sdp_flow_progress().
  *
@@ -125,11 +126,18 @@ sdp_flow_state_name(SdpFlowState state)
 	return "unknown";
 }
 
-/* The slot number of the named flow, or -1.  Caller holds SdpShmem->lock. */
+/*
+ * The next slot of the named flow after slot number 'after' (-1: the
+ * first), or -1 when there is none.  A flow has one slot per worker:
+ *
+ *	for (s = sdp_slot_next(name, -1); s >= 0; s = sdp_slot_next(name, s))
+ *
+ * Caller holds SdpShmem->lock.
+ */
 int
-sdp_slot_find(const char *name)
+sdp_slot_next(const char *name, int after)
 {
-	for (int i = 0; i < SdpShmem->max_flows; i++)
+	for (int i = after + 1; i < SdpShmem->max_flows; i++)
 	{
 		if (SdpShmem->slots[i].in_use &&
 			strcmp(SdpShmem->slots[i].name, name) == 0)
@@ -138,12 +146,31 @@ sdp_slot_find(const char *name)
 	return -1;
 }
 
+/* The first slot of the named flow, or -1.  Caller holds SdpShmem->lock. */
+int
+sdp_slot_find(const char *name)
+{
+	return sdp_slot_next(name, -1);
+}
+
+/* How many slots are free.  Caller holds SdpShmem->lock. */
+int
+sdp_slots_free(void)
+{
+	int			n = 0;
+
+	for (int i = 0; i < SdpShmem->max_flows; i++)
+		n += !SdpShmem->slots[i].in_use;
+	return n;
+}
+
 /*
- * Take a free slot for the named flow and reset it, or return -1 when all
- * sdp.max_flows slots are in use.  Caller holds SdpShmem->lock exclusively.
+ * Take a free slot for worker worker_no of the named flow's nworkers and
+ * reset it, or return -1 when all sdp.max_flows slots are in use.  Caller
+ * holds SdpShmem->lock exclusively.
  */
 int
-sdp_slot_allocate(const char *name)
+sdp_slot_allocate(const char *name, int worker_no, int nworkers)
 {
 	for (int i = 0; i < SdpShmem->max_flows; i++)
 	{
@@ -162,6 +189,8 @@ sdp_slot_allocate(const char *name)
 
 		slot->in_use = true;
 		strlcpy(slot->name, name, NAMEDATALEN);
+		slot->worker_no = worker_no;
+		slot->nworkers = nworkers;
 		return i;
 	}
 	return -1;
@@ -203,17 +232,14 @@ sdp_wake_launcher(void)
 	LWLockRelease(SdpShmem->lock);
 }
 
-/* Tell a running flow's worker that its operator configuration (or its skip requests) changed, and wake it. */
+/* Tell a running flow's workers that its operator configuration (or its skip requests) changed, and wake them. */
 static void
 bump_flow_config(const char *name, bool skips)
 {
-	int			s;
-
 	if (SdpShmem == NULL)
 		return;
 	LWLockAcquire(SdpShmem->lock, LW_SHARED);
-	s = sdp_slot_find(name);
-	if (s >= 0)
+	for (int s = sdp_slot_next(name, -1); s >= 0; s = sdp_slot_next(name, s))
 	{
 		SdpFlowSlot *slot = &SdpShmem->slots[s];
 		Latch	   *latch;

@@ -391,7 +391,7 @@ write_checkpoint(FlowWorker *w, int64 *next)
 		sdp_state_close_key(&ks);
 	}
 
-	sdp_store_offsets(w, w->npartitions, w->partitions, next, false);
+	sdp_store_offsets(w, w->npartitions, w->partitions, next, NULL, false);
 	values[0] = Int64GetDatum(w->args.flow_id);
 	sdp_catalog_enter(&scope);
 	if (nput > 0)

@@ -29,6 +29,7 @@
 #include "state_store.h"
 
 PG_FUNCTION_INFO_V1(sdp_flow_runtime);
+PG_FUNCTION_INFO_V1(sdp_flow_worker_runtime);
 PG_FUNCTION_INFO_V1(sdp_flow_partitions);
 PG_FUNCTION_INFO_V1(sdp_flow_progress);
 PG_FUNCTION_INFO_V1(sdp_flow_state);
@@ -81,13 +82,13 @@ static void
 runtime_waiting_rows(ReturnSetInfo *rsinfo)
 {
 	char		(*names)[NAMEDATALEN] = palloc(sizeof(char[NAMEDATALEN]) * SDP_MAX_WAITING);
+	int		   *needs = palloc(sizeof(int) * SDP_MAX_WAITING);
 	int			n;
-	char	   *reason = psprintf("all %d flow slots are in use (sdp.max_flows): the flow starts when one is free",
-								  SdpShmem->max_flows);
 
 	LWLockAcquire(SdpShmem->lock, LW_SHARED);
 	n = SdpShmem->nwaiting;
 	memcpy(names, SdpShmem->waiting, sizeof(char[NAMEDATALEN]) * n);
+	memcpy(needs, SdpShmem->waiting_workers, sizeof(int) * n);
 	LWLockRelease(SdpShmem->lock);
 
 	for (int w = 0; w < n; w++)
@@ -104,7 +105,12 @@ runtime_waiting_rows(ReturnSetInfo *rsinfo)
 		nulls[0] = false;
 		values[1] = CStringGetTextDatum("waiting");
 		nulls[1] = false;
-		values[13] = CStringGetTextDatum(reason);	/* last_error */
+		if (needs[w] == 1)
+			values[13] = CStringGetTextDatum(psprintf("all %d flow slots are in use (sdp.max_flows): the flow starts when one is free",
+													  SdpShmem->max_flows));
+		else
+			values[13] = CStringGetTextDatum(psprintf("its %d workers need %d free flow slots of the %d (sdp.max_flows): the flow starts when enough are free",
+													  needs[w], needs[w], SdpShmem->max_flows));
 		nulls[13] = false;
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
@@ -127,74 +133,237 @@ may_read_flow_errors(Oid owner)
 }
 
 /*
- * sdp_flow_runtime(): one row per flow that has a worker slot, with what
- * its worker published, and one per enabled flow waiting for a slot.
+ * The slots of one flow, copied out (sdp_slot_copy) in worker order.  A
+ * flow with the option workers = N has N slots.
+ */
+typedef struct FlowSlots
+{
+	int			n;
+	SdpFlowSlot **slots;
+} FlowSlots;
+
+/* Copy the slots of the named flow.  Caller holds SdpShmem->lock. */
+static void
+copy_flow_slots(const char *name, FlowSlots *fs)
+{
+	fs->n = 0;
+	fs->slots = palloc(sizeof(SdpFlowSlot *) * SdpShmem->max_flows);
+	for (int s = sdp_slot_next(name, -1); s >= 0; s = sdp_slot_next(name, s))
+	{
+		SdpFlowSlot *copy = palloc(sizeof(SdpFlowSlot));
+		int			i;
+
+		sdp_slot_copy(s, copy);
+		/* insertion by worker number */
+		for (i = fs->n; i > 0 && fs->slots[i - 1]->worker_no > copy->worker_no; i--)
+			fs->slots[i] = fs->slots[i - 1];
+		fs->slots[i] = copy;
+		fs->n++;
+	}
+}
+
+/* The names of the flows that have slots, each once.  Caller holds SdpShmem->lock. */
+static List *
+flows_with_slots(void)
+{
+	List	   *names = NIL;
+
+	for (int s = 0; s < SdpShmem->max_flows; s++)
+		if (SdpShmem->slots[s].in_use && sdp_slot_find(SdpShmem->slots[s].name) == s)
+			names = lappend(names, pstrdup(SdpShmem->slots[s].name));
+	return names;
+}
+
+/*
+ * How bad a worker's state is, to show a flow's worst: a flow is failed if
+ * one of its workers is, else retrying, waiting, restarting, stopping,
+ * starting, running.
+ */
+static int
+state_rank(SdpFlowState state, bool lock_wait)
+{
+	if (lock_wait)
+		return 5;
+	switch (state)
+	{
+		case SDP_FLOW_FAILED:
+			return 7;
+		case SDP_FLOW_RETRYING:
+			return 6;
+		case SDP_FLOW_RESTARTING:
+			return 4;
+		case SDP_FLOW_STOPPING:
+			return 3;
+		case SDP_FLOW_STARTING:
+			return 2;
+		case SDP_FLOW_RUNNING:
+			return 1;
+		case SDP_FLOW_STOPPED:
+			return 0;
+	}
+	return 0;
+}
+
+/* A worker's error text, as the current role may read it (as in pg_stat_activity). */
+static Datum
+error_text(const SdpFlowSlot *copy, const char *lock_wait, bool *isnull)
+{
+	*isnull = false;
+	if (lock_wait && copy->last_error[0] == '\0')
+		return CStringGetTextDatum(psprintf("waiting for a lock (%s)", lock_wait));
+	if (copy->last_error[0] != '\0' && !may_read_flow_errors(copy->owner))
+		return CStringGetTextDatum(SDP_INSUFFICIENT_PRIVILEGE);
+	return text_or_null(copy->last_error, isnull);
+}
+
+static TimestampTz
+min_time(TimestampTz a, TimestampTz b)
+{
+	if (a == 0)
+		return b;
+	if (b == 0)
+		return a;
+	return Min(a, b);
+}
+
+/*
+ * sdp_flow_runtime(): one row per flow that has worker slots, with what its
+ * workers published: their sums, the worst of their states (and the error
+ * of the worker in it, or the latest), the first live worker's pid; and
+ * one row per enabled flow waiting for slots.
  */
 Datum
 sdp_flow_runtime(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	SdpFlowSlot *copy = palloc(sizeof(SdpFlowSlot));
+	List	   *names;
+	ListCell   *lc;
 
 	sdp_require_shmem();
 	InitMaterializedSRF(fcinfo, 0);
 
-	for (int s = 0; s < SdpShmem->max_flows; s++)
+	LWLockAcquire(SdpShmem->lock, LW_SHARED);
+	names = flows_with_slots();
+	LWLockRelease(SdpShmem->lock);
+
+	foreach(lc, names)
 	{
 		Datum		values[RUNTIME_COLS];
 		bool		nulls[RUNTIME_COLS];
 		int			i = 0;
-		const char *lock_wait;
+		FlowSlots	fs;
+		SdpFlowSlot *worst = NULL;
+		SdpFlowSlot *err = NULL;
+		SdpFlowSlot *broker = NULL;
+		const char *worst_lock = NULL;
+		int			worst_rank = -1;
+		pid_t		pid = 0;
+		uint64		messages_read = 0,
+					rows_written = 0,
+					rows_filtered = 0,
+					rows_dead_lettered = 0,
+					rows_skipped = 0,
+					batches = 0,
+					rows_late = 0,
+					state_bytes = 0,
+					timers_fired = 0;
+		TimestampTz last_commit_at = 0,
+					started_at = 0,
+					last_checkpoint_at = 0,
+					watermark = 0;
+		bool		broker_ok = true,
+					has_state = false;
+		int			restarts = 0;
 
 		LWLockAcquire(SdpShmem->lock, LW_SHARED);
-		if (!SdpShmem->slots[s].in_use)
-		{
-			LWLockRelease(SdpShmem->lock);
-			continue;
-		}
-		sdp_slot_copy(s, copy);
+		copy_flow_slots((const char *) lfirst(lc), &fs);
 		LWLockRelease(SdpShmem->lock);
+		if (fs.n == 0)
+			continue;			/* freed meanwhile */
+
+		for (int k = 0; k < fs.n; k++)
+		{
+			SdpFlowSlot *c = fs.slots[k];
+			const char *lock_wait = worker_lock_wait(c);
+			int			rank = state_rank(c->state, lock_wait != NULL);
+
+			if (rank > worst_rank)
+			{
+				worst_rank = rank;
+				worst = c;
+				worst_lock = lock_wait;
+			}
+			if (pid == 0)
+				pid = c->pid;
+			messages_read += c->messages_read;
+			rows_written += c->rows_written;
+			rows_filtered += c->rows_filtered;
+			rows_dead_lettered += c->rows_dead_lettered;
+			rows_skipped += c->rows_skipped;
+			batches += c->batches;
+			rows_late += c->rows_late;
+			last_commit_at = Max(last_commit_at, c->last_commit_at);
+			started_at = min_time(started_at, c->started_at);
+			restarts += c->restarts;
+			if (c->state_area != 0)
+			{
+				has_state = true;
+				state_bytes += c->state_bytes;
+				timers_fired += c->timers_fired;
+			}
+			last_checkpoint_at = min_time(last_checkpoint_at, c->last_checkpoint_at);
+			if (c->watermark != 0 && c->watermark != DT_NOBEGIN)
+				watermark = min_time(watermark, c->watermark);
+			if (!c->broker_ok)
+				broker_ok = false;
+			if (c->broker_error[0] != '\0' &&
+				(broker == NULL || c->broker_error_at > broker->broker_error_at))
+				broker = c;
+			if (c->last_error[0] != '\0' &&
+				(err == NULL || c->last_error_at > err->last_error_at))
+				err = c;
+		}
+		/* the error of the worker in the worst state, if it has one; else the latest */
+		if (worst->last_error[0] != '\0' || worst_lock != NULL)
+			err = worst;
 
 		memset(nulls, 0, sizeof(nulls));
-		lock_wait = worker_lock_wait(copy);
-		values[i++] = CStringGetTextDatum(copy->name);
-		values[i++] = CStringGetTextDatum(lock_wait ? "waiting" : sdp_flow_state_name(copy->state));
-		values[i] = Int32GetDatum(copy->pid);
-		nulls[i++] = (copy->pid == 0);
-		values[i++] = Int64GetDatum(copy->messages_read);
-		values[i++] = Int64GetDatum(copy->rows_written);
-		values[i++] = Int64GetDatum(copy->rows_filtered);
-		values[i++] = Int64GetDatum(copy->rows_dead_lettered);
-		values[i++] = Int64GetDatum(copy->rows_skipped);
-		values[i++] = Int64GetDatum(copy->batches);
-		values[i] = timestamp_or_null(copy->last_commit_at, &nulls[i]);
+		values[i++] = CStringGetTextDatum(worst->name);
+		values[i++] = CStringGetTextDatum(worst_lock ? "waiting" : sdp_flow_state_name(worst->state));
+		values[i] = Int32GetDatum(pid);
+		nulls[i++] = (pid == 0);
+		values[i++] = Int64GetDatum(messages_read);
+		values[i++] = Int64GetDatum(rows_written);
+		values[i++] = Int64GetDatum(rows_filtered);
+		values[i++] = Int64GetDatum(rows_dead_lettered);
+		values[i++] = Int64GetDatum(rows_skipped);
+		values[i++] = Int64GetDatum(batches);
+		values[i] = timestamp_or_null(last_commit_at, &nulls[i]);
 		i++;
-		values[i++] = BoolGetDatum(copy->broker_ok);
-		values[i] = text_or_null(copy->broker_error, &nulls[i]);
+		values[i++] = BoolGetDatum(broker_ok);
+		values[i] = broker ? CStringGetTextDatum(broker->broker_error) : (Datum) 0;
+		nulls[i++] = (broker == NULL);
+		values[i] = timestamp_or_null(broker ? broker->broker_error_at : 0, &nulls[i]);
 		i++;
-		values[i] = timestamp_or_null(copy->broker_error_at, &nulls[i]);
-		i++;
-		if (lock_wait && copy->last_error[0] == '\0')
-			values[i] = CStringGetTextDatum(psprintf("waiting for a lock (%s)", lock_wait));
-		else if (copy->last_error[0] != '\0' && !may_read_flow_errors(copy->owner))
-			values[i] = CStringGetTextDatum(SDP_INSUFFICIENT_PRIVILEGE);
+		if (err != NULL)
+			values[i] = error_text(err, err == worst ? worst_lock : NULL, &nulls[i]);
 		else
-			values[i] = text_or_null(copy->last_error, &nulls[i]);
+			nulls[i] = true;
 		i++;
-		values[i] = timestamp_or_null(copy->last_error_at, &nulls[i]);
+		values[i] = timestamp_or_null(err ? err->last_error_at : 0, &nulls[i]);
 		i++;
-		values[i] = timestamp_or_null(copy->started_at, &nulls[i]);
+		values[i] = timestamp_or_null(started_at, &nulls[i]);
 		i++;
-		values[i++] = Int32GetDatum(copy->restarts);
-		values[i] = Int64GetDatum(copy->state_bytes);
-		nulls[i++] = (copy->state_area == 0);
-		values[i] = Int64GetDatum(copy->timers_fired);
-		nulls[i++] = (copy->state_area == 0);
-		values[i] = timestamp_or_null(copy->last_checkpoint_at, &nulls[i]);
+		values[i++] = Int32GetDatum(restarts);
+		values[i] = Int64GetDatum(state_bytes);
+		nulls[i++] = !has_state;
+		values[i] = Int64GetDatum(timers_fired);
+		nulls[i++] = !has_state;
+		values[i] = timestamp_or_null(last_checkpoint_at, &nulls[i]);
 		i++;
-		values[i++] = Int64GetDatum(copy->rows_late);
-		values[i] = TimestampTzGetDatum(copy->watermark);
-		nulls[i++] = (copy->watermark == 0 || copy->watermark == DT_NOBEGIN);
+		values[i++] = Int64GetDatum(rows_late);
+		values[i] = timestamp_or_null(watermark, &nulls[i]);
+		i++;
 		Assert(i == RUNTIME_COLS);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
@@ -202,36 +371,118 @@ sdp_flow_runtime(PG_FUNCTION_ARGS)
 	return (Datum) 0;
 }
 
-/* sdp_flow_partitions(flow): the partitions a running flow consumes, with high watermarks. */
+#define WORKER_COLS 16
+
+/*
+ * sdp_flow_worker_runtime(): one row per flow worker (the view
+ * sdp.flow_workers): its flow, number, pid, state, partitions, lag and
+ * counters, and its error as the current role may read it.
+ */
 Datum
-sdp_flow_partitions(PG_FUNCTION_ARGS)
+sdp_flow_worker_runtime(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	char	   *name = text_to_cstring(PG_GETARG_TEXT_PP(0));
-	SdpFlowSlot *copy = palloc(sizeof(SdpFlowSlot));
-	int			s;
+	List	   *names;
+	ListCell   *lc;
 
 	sdp_require_shmem();
 	InitMaterializedSRF(fcinfo, 0);
 
 	LWLockAcquire(SdpShmem->lock, LW_SHARED);
-	s = sdp_slot_find(name);
-	if (s >= 0)
-		sdp_slot_copy(s, copy);
+	names = flows_with_slots();
 	LWLockRelease(SdpShmem->lock);
-	if (s < 0)
-		return (Datum) 0;
 
-	for (int p = 0; p < copy->npartitions; p++)
+	foreach(lc, names)
 	{
-		Datum		values[3];
-		bool		nulls[3] = {false, false, false};
+		FlowSlots	fs;
 
-		values[0] = Int32GetDatum(copy->partitions[p].partition);
-		values[1] = Int64GetDatum(copy->partitions[p].committed);
-		values[2] = Int64GetDatum(copy->partitions[p].high_watermark);
-		nulls[2] = copy->partitions[p].high_watermark < 0;
-		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+		LWLockAcquire(SdpShmem->lock, LW_SHARED);
+		copy_flow_slots((const char *) lfirst(lc), &fs);
+		LWLockRelease(SdpShmem->lock);
+
+		for (int k = 0; k < fs.n; k++)
+		{
+			SdpFlowSlot *c = fs.slots[k];
+			const char *lock_wait = worker_lock_wait(c);
+			Datum		values[WORKER_COLS];
+			bool		nulls[WORKER_COLS];
+			Datum	   *parts = palloc(sizeof(Datum) * Max(c->npartitions, 1));
+			int64		lag = 0;
+			bool		lag_known = c->npartitions > 0;
+			int			i = 0;
+
+			for (int p = 0; p < c->npartitions; p++)
+			{
+				parts[p] = Int32GetDatum(c->partitions[p].partition);
+				if (c->partitions[p].high_watermark < 0)
+					lag_known = false;
+				else
+					lag += Max(c->partitions[p].high_watermark - c->partitions[p].committed, 0);
+			}
+
+			memset(nulls, 0, sizeof(nulls));
+			values[i++] = CStringGetTextDatum(c->name);
+			values[i++] = Int32GetDatum(c->worker_no);
+			values[i++] = Int32GetDatum(c->nworkers);
+			values[i++] = CStringGetTextDatum(lock_wait ? "waiting" : sdp_flow_state_name(c->state));
+			values[i] = Int32GetDatum(c->pid);
+			nulls[i++] = (c->pid == 0);
+			values[i++] = PointerGetDatum(construct_array(parts, c->npartitions, INT4OID, 4, true, TYPALIGN_INT));
+			values[i] = Int64GetDatum(lag);
+			nulls[i++] = !lag_known;
+			values[i++] = Int64GetDatum(c->messages_read);
+			values[i++] = Int64GetDatum(c->rows_written);
+			values[i++] = Int64GetDatum(c->rows_dead_lettered);
+			values[i++] = Int64GetDatum(c->batches);
+			values[i] = timestamp_or_null(c->last_commit_at, &nulls[i]);
+			i++;
+			values[i] = error_text(c, lock_wait, &nulls[i]);
+			i++;
+			values[i] = timestamp_or_null(c->last_error_at, &nulls[i]);
+			i++;
+			values[i] = timestamp_or_null(c->started_at, &nulls[i]);
+			i++;
+			values[i++] = Int32GetDatum(c->restarts);
+			Assert(i == WORKER_COLS);
+			tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+		}
+	}
+	return (Datum) 0;
+}
+
+/*
+ * sdp_flow_partitions(flow): the partitions a running flow's workers
+ * consume, with their committed offsets and high watermarks.
+ */
+Datum
+sdp_flow_partitions(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	char	   *name = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	FlowSlots	fs;
+
+	sdp_require_shmem();
+	InitMaterializedSRF(fcinfo, 0);
+
+	LWLockAcquire(SdpShmem->lock, LW_SHARED);
+	copy_flow_slots(name, &fs);
+	LWLockRelease(SdpShmem->lock);
+
+	for (int k = 0; k < fs.n; k++)
+	{
+		SdpFlowSlot *copy = fs.slots[k];
+
+		for (int p = 0; p < copy->npartitions; p++)
+		{
+			Datum		values[3];
+			bool		nulls[3] = {false, false, false};
+
+			values[0] = Int32GetDatum(copy->partitions[p].partition);
+			values[1] = Int64GetDatum(copy->partitions[p].committed);
+			values[2] = Int64GetDatum(copy->partitions[p].high_watermark);
+			nulls[2] = copy->partitions[p].high_watermark < 0;
+			tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+		}
 	}
 	return (Datum) 0;
 }
@@ -259,39 +510,88 @@ flow_declared(const char *name)
 }
 
 /*
+ * The progress of a flow: its workers' latest reports summed (counts,
+ * rates, histograms), the latest timestamp, the longest interval; the
+ * percentiles are read from the summed histograms.  Workers that have not
+ * reported yet are left out; false when none has.
+ */
+static bool
+merge_progress(FlowSlots *fs, SdpProgress *out, int *reporting)
+{
+	*reporting = 0;
+	for (int k = 0; k < fs->n; k++)
+	{
+		SdpProgress *p = &fs->slots[k]->progress;
+
+		if (p->report_id == 0)
+			continue;
+		if ((*reporting)++ == 0)
+		{
+			*out = *p;
+			continue;
+		}
+		out->report_id = Max(out->report_id, p->report_id);
+		out->timestamp = Max(out->timestamp, p->timestamp);
+		out->interval_s = Max(out->interval_s, p->interval_s);
+		out->batches += p->batches;
+		out->input_rows += p->input_rows;
+		out->output_rows += p->output_rows;
+		out->input_rows_per_s += p->input_rows_per_s;
+		out->processed_rows_per_s += p->processed_rows_per_s;
+		out->batch_ms_total += p->batch_ms_total;
+		out->max_batch_rows = Max(out->max_batch_rows, p->max_batch_rows);
+		out->fetcher_wakes += p->fetcher_wakes;
+		sdp_histogram_merge(&out->processing_hist, &p->processing_hist);
+		sdp_histogram_merge(&out->queuing_hist, &p->queuing_hist);
+		sdp_histogram_merge(&out->e2e_hist, &p->e2e_hist);
+	}
+	if (*reporting > 1)
+		sdp_progress_finish(out);
+	return *reporting > 0;
+}
+
+/*
  * sdp_flow_progress(flow) -> jsonb: the latest progress report, shaped like
- * Spark's StreamingQueryProgress with Real-Time Mode latencies; NULL until
- * the running flow has completed its first reporting interval (or while it
- * is stopped); an error for a flow that is not declared.
+ * Spark's StreamingQueryProgress with Real-Time Mode latencies, summed over
+ * the flow's workers; NULL until the running flow has completed its first
+ * reporting interval (or while it is stopped); an error for a flow that is
+ * not declared.
  */
 Datum
 sdp_flow_progress(PG_FUNCTION_ARGS)
 {
 	char	   *name = text_to_cstring(PG_GETARG_TEXT_PP(0));
-	SdpFlowSlot *copy = palloc(sizeof(SdpFlowSlot));
-	SdpProgress *p = &copy->progress;
+	FlowSlots	fs;
+	SdpProgress *p = palloc(sizeof(SdpProgress));
 	StringInfoData buf;
-	int			s;
+	SdpFlowState state = SDP_FLOW_STOPPED;
+	int			worst_rank = -1;
+	int			reporting;
 
 	sdp_require_shmem();
 	LWLockAcquire(SdpShmem->lock, LW_SHARED);
-	s = sdp_slot_find(name);
-	if (s >= 0)
-		sdp_slot_copy(s, copy);
+	copy_flow_slots(name, &fs);
 	LWLockRelease(SdpShmem->lock);
-	if (s < 0 && !flow_declared(name))
+	if (fs.n == 0 && !flow_declared(name))
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
 				 errmsg("flow \"%s\" does not exist", name)));
-	if (s < 0 || p->report_id == 0)
+	if (!merge_progress(&fs, p, &reporting))
 		PG_RETURN_NULL();
+	for (int k = 0; k < fs.n; k++)
+		if (state_rank(fs.slots[k]->state, false) > worst_rank)
+		{
+			worst_rank = state_rank(fs.slots[k]->state, false);
+			state = fs.slots[k]->state;
+		}
 
 	initStringInfo(&buf);
 	appendStringInfoString(&buf, "{\"flow\": ");
-	escape_json(&buf, copy->name);
+	escape_json(&buf, name);
 	appendStringInfo(&buf, ", \"state\": \"%s\", \"reportId\": " INT64_FORMAT ", \"timestamp\": \"%s\", ",
-					 sdp_flow_state_name(copy->state), p->report_id,
+					 sdp_flow_state_name(state), p->report_id,
 					 timestamptz_to_str(p->timestamp));
+	appendStringInfo(&buf, "\"workers\": %d, \"workersReporting\": %d, ", fs.n, reporting);
 	appendStringInfo(&buf, "\"intervalSeconds\": %.3f, \"numBatches\": " INT64_FORMAT ", \"numInputRows\": " INT64_FORMAT ", \"numOutputRows\": " INT64_FORMAT ", ",
 					 p->interval_s, p->batches, p->input_rows, p->output_rows);
 	appendStringInfo(&buf, "\"inputRowsPerSecond\": %.1f, \"processedRowsPerSecond\": %.1f, \"avgBatchDurationMs\": %.3f, \"maxBatchRows\": " INT64_FORMAT ", ",
@@ -480,6 +780,7 @@ sdp_flow_state(PG_FUNCTION_ARGS)
 	if (op == NULL)
 		return (Datum) 0;		/* a stateless flow has no state */
 
+	/* a stateful flow runs in one worker (api.c) */
 	LWLockAcquire(SdpShmem->lock, LW_SHARED);
 	s = sdp_slot_find(name);
 	if (s >= 0)

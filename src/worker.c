@@ -45,8 +45,6 @@
 #include "skip.h"
 #include "stateful.h"
 
-/* Latency samples kept per progress interval. */
-#define SDP_METRICS_CAPACITY	65536
 /* How often the worker refreshes partition high watermarks in its slot. */
 #define SDP_WATERMARK_REFRESH_MS	500
 /* How often it looks for new partitions of its topic. */
@@ -107,9 +105,8 @@ sdp_flow_worker_main(Datum main_arg)
 
 	/* Run as the flow's owner: its privileges apply to everything the flow reads and writes. */
 	BackgroundWorkerInitializeConnectionByOid(w->args.dboid, w->args.owner, 0);
-	pgstat_report_appname(psprintf("sdp flow %s", w->args.name));
-	SetConfigOption("application_name", psprintf("sdp flow %s", w->args.name),
-					PGC_USERSET, PGC_S_SESSION);
+	pgstat_report_appname(MyBgworkerEntry->bgw_name);
+	SetConfigOption("application_name", MyBgworkerEntry->bgw_name, PGC_USERSET, PGC_S_SESSION);
 
 	/* a restored flow's offsets, state and target rows first (before its declaration is checked) */
 	sdp_wait_for_restore(w);
@@ -135,9 +132,15 @@ sdp_flow_worker_main(Datum main_arg)
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
-	ereport(LOG,
-			(errmsg("sdp flow \"%s\" consuming topic \"%s\" (%d partitions) into %s",
-					w->args.name, w->source.topic, w->npartitions, w->sink.relname)));
+	if (w->args.nworkers > 1)
+		ereport(LOG,
+				(errmsg("sdp flow \"%s\" worker %d of %d consuming %d of the %d partitions of topic \"%s\" into %s",
+						w->args.name, w->args.worker_no, w->args.nworkers, w->npartitions,
+						w->topic_partitions, w->source.topic, w->sink.relname)));
+	else
+		ereport(LOG,
+				(errmsg("sdp flow \"%s\" consuming topic \"%s\" (%d partitions) into %s",
+						w->args.name, w->source.topic, w->npartitions, w->sink.relname)));
 
 	worker_loop(w);
 }
@@ -427,7 +430,28 @@ worker_load_flow(FlowWorker *w)
 	SetConfigOption("synchronous_commit", w->opts.synchronous_commit, PGC_USERSET, PGC_S_SESSION);
 }
 
-/* Connect to Kafka and start consuming every partition of the topic. */
+/*
+ * Start consuming this worker's partitions of the topic's n (their ids in
+ * partitions) that it does not consume yet: partition p is worker
+ * p % nworkers's.  Each worker computes this itself, so a partition added
+ * to the topic is taken by exactly one worker, at its next look at the
+ * topic.
+ */
+static void
+worker_take_partitions(FlowWorker *w, int n, int32 *partitions)
+{
+	int32	   *mine = palloc(sizeof(int32) * n);
+	int			nmine = 0;
+
+	for (int i = 0; i < n; i++)
+		if (partitions[i] % w->args.nworkers == w->args.worker_no)
+			mine[nmine++] = partitions[i];
+	w->topic_partitions = n;
+	sdp_assign_partitions(w, nmine, mine);
+	pfree(mine);
+}
+
+/* Connect to Kafka and start consuming the worker's partitions of the topic. */
 static void
 worker_open_source(FlowWorker *w)
 {
@@ -439,7 +463,7 @@ worker_open_source(FlowWorker *w)
 	pgstat_report_activity(STATE_RUNNING, "sdp: connecting to Kafka");
 	w->kafka = kafka_source_create(&w->source, w->args.name);
 	w->poll_buf = palloc(sizeof(rd_kafka_message_t *) * w->opts.max_batch_rows);
-	sdp_metrics_init(&w->metrics, SDP_METRICS_CAPACITY);
+	sdp_metrics_init(&w->metrics);
 
 	/* Wait for a broker to tell us the partitions; the flow shows the broker as down meanwhile. */
 	while ((n = kafka_source_list_partitions(w->kafka, &partitions, 2000, &error)) <= 0)
@@ -455,7 +479,7 @@ worker_open_source(FlowWorker *w)
 	sdp_skips_reload(w);
 	if (w->op)
 		sdp_stateful_restore(w);
-	sdp_assign_partitions(w, n, partitions);
+	worker_take_partitions(w, n, partitions);
 
 	/* One wait set for the whole life of the worker: latch, Kafka's wakeup pipe, postmaster death. */
 	w->wait_set = CreateWaitEventSet(TopMemoryContext, 3);
@@ -494,13 +518,14 @@ periodic_work(FlowWorker *w, TimestampTz now)
 
 	if (now >= w->next_progress)
 	{
-		SdpProgress progress;
+		SdpProgress *progress = palloc(sizeof(SdpProgress));
 
-		sdp_metrics_report(&w->metrics, now, &progress);
-		progress.fetcher_wakes = w->fetcher_wakes;
+		sdp_metrics_report(&w->metrics, now, progress);
+		progress->fetcher_wakes = w->fetcher_wakes;
 		SpinLockAcquire(&w->slot->mutex);
-		w->slot->progress = progress;
+		w->slot->progress = *progress;
 		SpinLockRelease(&w->slot->mutex);
+		pfree(progress);
 		kafka_source_emit_logs(w->kafka);
 		kafka_source_commit_async(w->kafka, w->npartitions, w->partitions, w->next_offset);
 		w->next_progress = TimestampTzPlusMilliseconds(now, w->opts.progress_interval_ms);
@@ -517,8 +542,8 @@ periodic_work(FlowWorker *w, TimestampTz now)
 		if (n > 0)
 		{
 			sdp_worker_set_broker(w, true, NULL);
-			if (n > w->npartitions)
-				sdp_assign_partitions(w, n, partitions);
+			if (n > w->topic_partitions)
+				worker_take_partitions(w, n, partitions);
 		}
 		else
 			sdp_worker_set_broker(w, false, perror);

@@ -129,7 +129,8 @@ typedef struct FlowWorker
 	TimestampTz wm_last_data;	/* when data last came on any partition */
 
 	KafkaSource *kafka;
-	int			npartitions;
+	int			topic_partitions;	/* of the topic, as last listed */
+	int			npartitions;	/* this worker's (partition % nworkers = worker_no) */
 	int32	   *partitions;		/* sorted */
 	int64	   *next_offset;	/* per partition: next offset to read (committed) */
 	int			max_partition_id;

@@ -7,7 +7,8 @@
 # (the new library and scripts), the server starts again and the flows
 # resume on the old catalogs with the new library; ALTER EXTENSION sdp_ext
 # UPDATE, and a restart mid-stream again.  Every message lands exactly once,
-# the zone counts are exact, the owners are regroles and the flows run.
+# the zone counts are exact, the owners are regroles and the flows run (from
+# 0.2 to 0.3, the stateless flow also goes to 2 workers after the update).
 #
 # Test 080 does the same with the current binary all along.  This one needs a
 # relocatable server (the assert-enabled build): Debian's packaged server has
@@ -60,17 +61,26 @@ my $broker = SdpKafka::start_broker(topics => { 'raw-flights' => 4, 'zflights' =
 my $node = SdpTest::new_node('upgrade_binary', install_path => $copy);
 
 sub extversion { SdpTest::query($node, "SELECT extversion FROM pg_extension WHERE extname = 'sdp_ext'") }
+
+# What each version added that the test can see: a C function of its
+# library (looked up when a function is created: which library the server
+# runs), and what its update script changed.
+my %added = (
+	'0.2' => { symbol => 'sdp_skip_message', args => '(text, int, bigint)' },
+	'0.3' => { symbol => 'sdp_set_flow_workers', args => '(text, int)' },
+);
+die "test 082 does not know what version $new_version added" unless $added{$new_version};
 sub owner_type
 {
 	SdpTest::query($node,
 		"SELECT atttypid::regtype FROM pg_attribute WHERE attrelid = 'sdp.flows'::regclass AND attname = 'owner'");
 }
-# which library the server runs: sdp_skip_message came after 0.1 (a C
-# function's symbol is looked up when the function is created)
-sub has_skip_message
+# which library the server runs: the new one has the symbol the new version added
+sub has_new_symbol
 {
+	my $a = $added{$new_version};
 	my ($ret, $out, $err) = $node->psql('postgres',
-		"CREATE FUNCTION pg_temp.probe(text, int, bigint) RETURNS void LANGUAGE C AS 'sdp_ext', 'sdp_skip_message'");
+		"CREATE FUNCTION pg_temp.probe$a->{args} RETURNS void LANGUAGE C AS 'sdp_ext', '$a->{symbol}'");
 	note "probe: $err" if $ret;
 	return $ret == 0 ? 1 : 0;
 }
@@ -81,8 +91,8 @@ sub both_running
 }
 
 is(extversion(), $old_version, "the old binary creates the extension at $old_version");
-is(owner_type(), 'name', "$old_version catalogs: owners are names");
-is(has_skip_message(), 0, 'the server runs the old library (no sdp_skip_message)');
+is(owner_type(), $old_version eq '0.1' ? 'name' : 'regrole', "$old_version catalogs: owners' type");
+is(has_new_symbol(), 0, "the server runs the old library (no $added{$new_version}{symbol})");
 
 SdpTest::create_source($node, 'flights', $broker, 'raw-flights');
 SdpTest::create_source($node, 'zflights', $broker, 'zflights');
@@ -128,7 +138,7 @@ ok(run_log([ 'make', '-s', '-C', $cwd, "PG_CONFIG=$pg_config", 'install' ]),
 is(compare("$pkglib/sdp_ext.so", "$cwd/sdp_ext.so"), 0, 'the copy has the new library');
 $node->start;
 ok($producer->running, 'the binary swap happened mid-stream');
-is(has_skip_message(), 1, 'the server runs the new library');
+is(has_new_symbol(), 1, 'the server runs the new library');
 is(extversion(), $old_version, "new library on the $old_version catalogs");
 ok(both_running(), "new library on the $old_version catalogs: both flows running");
 zone_in(qw(a4 a1));
@@ -139,9 +149,17 @@ ok($node->poll_query_until('postgres', "SELECT aircraft_count = 4 FROM zone_aler
 # streaming); producer 2 starts at once, the restart waits for its messages
 SdpTest::query($node, 'ALTER EXTENSION sdp_ext UPDATE');
 is(extversion(), $new_version, "ALTER EXTENSION sdp_ext UPDATE: $new_version");
-is(owner_type(), 'regrole', 'the update made the owners regroles');
+is(owner_type(), 'regrole', 'owners are regroles');
 is(SdpTest::query($node, "SELECT string_agg(name || '=' || offsets_stored, ',' ORDER BY name) FROM sdp.flows"),
-	'events_flow=true,zone_flow=true', 'the update marks the offsets of flows that have stored some');
+	'events_flow=true,zone_flow=true', 'the offsets of flows that have stored some are marked');
+if ($new_version eq '0.3')
+{
+	# 0.3: several workers; the stateless flow goes to 2, mid-stream, on the updated catalogs
+	SdpTest::query($node, "SELECT sdp_set_flow_workers('events_flow', 2)");
+	ok($node->poll_query_until('postgres',
+			"SELECT count(*) = 2 FROM sdp.flow_workers WHERE flow = 'events_flow' AND state = 'running'"),
+		'0.3: events_flow runs in 2 workers (sdp_set_flow_workers, sdp.flow_workers)');
+}
 my $producer2 = SdpKafka::start_flightsim(
 	bootstrap => $broker->bootstrap, topic => 'raw-flights',
 	args => [ '--count', 40000, '--rate', 2000, '--seed', 6, '--aircraft', 200, '--seq-start', 40000 ]);
@@ -153,6 +171,8 @@ ok($node->poll_query_until('postgres', 'SELECT count(*) > 3000 FROM events WHERE
 $node->restart;
 ok($producer2->running, 'the restart after the update happened mid-stream');
 ok(both_running(), "$new_version after the restart: both flows running");
+is(SdpTest::query($node, "SELECT count(*) FROM sdp.flow_workers WHERE flow = 'events_flow'"), '2',
+	"$new_version after the restart: events_flow in 2 workers") if $new_version eq '0.3';
 zone_in(qw(a6 a2));
 my $report1 = $producer->finish;
 is($report1->{delivered}, 40000, 'producer 1 delivered 40,000');
