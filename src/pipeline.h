@@ -30,8 +30,11 @@ typedef struct SdpSink
 	TupleDesc	row_desc;		/* the rows handed to sdp_sink_write */
 	int			npk;
 	int		   *pk_index;		/* 0-based positions of the key columns in row_desc */
-	SPIPlanPtr	plan;
+	bool	   *written;		/* per row_desc column: written into the target */
+	SPIPlanPtr	plan;			/* INSERT ... SELECT FROM sdp_output: the plan path */
 	char	   *sql;
+	const char *flow_name;		/* for the log line when the write path changes; NULL: none */
+	int			path;			/* SdpWritePath of the last batch (sink.c) */
 } SdpSink;
 
 /* transform.c */
@@ -49,5 +52,6 @@ extern void sdp_sink_prepare(SdpSink *s, Oid target, SdpWriteMode mode,
 							 TupleDesc row_desc, bool skip_unmatched_meta);
 extern void sdp_sink_check_privileges(SdpSink *s, Oid roleid);
 extern int64 sdp_sink_write(SdpSink *s, HeapTuple *rows, int n);
+extern const char *sdp_sink_path_description(SdpSink *s);
 
 #endif							/* SDP_PIPELINE_H */
