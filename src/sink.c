@@ -660,10 +660,9 @@ fast_write_flush(FastWrite *fw)
 
 	if (fw->nused == 0)
 		return;
-	/* table_multi_insert may leak: short-lived memory */
+	/* the heap and index inserts may leak: the row's memory, reset after (every row is in its slot) */
 	oldcxt = MemoryContextSwitchTo(GetPerTupleMemoryContext(estate));
 	table_multi_insert(fw->rel, fw->slots, fw->nused, estate->es_output_cid, 0, fw->bistate);
-	MemoryContextSwitchTo(oldcxt);
 	for (int i = 0; i < fw->nused; i++)
 	{
 		if (rri->ri_NumIndices > 0)
@@ -678,14 +677,23 @@ fast_write_flush(FastWrite *fw)
 			ExecARInsertTriggers(estate, rri, fw->slots[i], NIL, fw->tcs);
 		ExecClearTuple(fw->slots[i]);
 	}
+	MemoryContextSwitchTo(oldcxt);
+	ResetPerTupleExprContext(estate);
 	fw->nused = 0;
 	fw->bytes = 0;
 }
 
-/* Whether the key of the row in slot is in the target (committed or being inserted). */
+/*
+ * Whether the key of the row in slot is in the target (committed or being
+ * inserted).  In the statement's memory, not the row's: the index scan keeps
+ * what it allocates from one key to the next (the items it found dead).
+ */
 static bool
 fast_key_exists(FastWrite *fw, TupleTableSlot *slot)
 {
+	MemoryContext oldcxt = MemoryContextSwitchTo(fw->estate->es_query_cxt);
+	bool		found;
+
 	for (int k = 0; k < fw->npk; k++)
 	{
 		AttrNumber	a = fw->pk_att[k];
@@ -694,7 +702,9 @@ fast_key_exists(FastWrite *fw, TupleTableSlot *slot)
 		fw->keys[k].sk_flags = slot->tts_isnull[a - 1] ? SK_ISNULL : 0;
 	}
 	index_rescan(fw->scan, fw->keys, fw->npk, NULL, 0);
-	return index_getnext_slot(fw->scan, ForwardScanDirection, fw->probe);
+	found = index_getnext_slot(fw->scan, ForwardScanDirection, fw->probe);
+	MemoryContextSwitchTo(oldcxt);
+	return found;
 }
 
 /*

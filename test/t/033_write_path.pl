@@ -16,7 +16,7 @@ use Test::More;
 use Time::HiRes ();
 
 my $broker = SdpKafka::start_broker(topics =>
-	  { plain => 2, checked => 1, before => 1, parted => 1, p2 => 1, vol => 1, rls => 2, latest => 3 });
+	  { plain => 2, checked => 1, before => 1, parted => 1, p2 => 1, vol => 1, rls => 2, latest => 3, latest_st => 2 });
 my $boot = $broker->bootstrap;
 my $node = SdpTest::new_node('write_path');
 
@@ -28,6 +28,9 @@ CREATE FUNCTION audit_row() RETURNS trigger LANGUAGE plpgsql AS
   $$BEGIN INSERT INTO audit VALUES (NEW.seq); RETURN NULL; END$$;
 CREATE FUNCTION count_new() RETURNS trigger LANGUAGE plpgsql AS
   $$BEGIN INSERT INTO stmts SELECT count(*) FROM new_rows; RETURN NULL; END$$;
+CREATE FUNCTION count_new_st() RETURNS trigger LANGUAGE plpgsql AS
+  $$BEGIN INSERT INTO stmts_st VALUES (1); RETURN NULL; END$$;
+CREATE TABLE stmts_st (n int);
 CREATE FUNCTION double_it() RETURNS trigger LANGUAGE plpgsql AS
   $$BEGIN NEW.doubled := NEW.seq * 2; RETURN NEW; END$$;
 
@@ -62,6 +65,14 @@ CREATE POLICY seq_rule ON guarded TO app USING (true) WITH CHECK (seq % 7 <> 3);
 GRANT SELECT, INSERT ON guarded TO app;
 
 CREATE TABLE latest (k text PRIMARY KEY, v int, kafka_partition int, kafka_offset bigint);
+CREATE TABLE latest_ops (op text, k text);
+CREATE FUNCTION note_op() RETURNS trigger LANGUAGE plpgsql AS
+  $$BEGIN INSERT INTO latest_ops VALUES (left(TG_OP, 1), NEW.k); RETURN NULL; END$$;
+CREATE TRIGGER note_ins AFTER INSERT ON latest FOR EACH ROW EXECUTE FUNCTION note_op();
+CREATE TRIGGER note_upd AFTER UPDATE ON latest FOR EACH ROW EXECUTE FUNCTION note_op();
+
+CREATE TABLE latest_st (k text PRIMARY KEY, v int);
+CREATE TRIGGER count_st AFTER INSERT ON latest_st FOR EACH STATEMENT EXECUTE FUNCTION count_new_st();
 SQL
 
 # Every message is produced before its flow starts: a first batch of many rows.
@@ -86,12 +97,13 @@ for my $v (0 .. 19)
 	push @latest, [ "k$_", qq({"k": "k$_", "v": $v}), undef ] for 0 .. 49;
 }
 SdpKafka::kcat_produce(bootstrap => $boot, topic => 'latest', messages => \@latest);
+SdpKafka::kcat_produce(bootstrap => $boot, topic => 'latest_st', messages => \@latest);
 
 my $listener = $node->background_psql('postgres');
 $listener->query_safe('LISTEN sdp_written');
 
 my $sources = join '', map { "SELECT sdp_create_source('$_', '$boot', '$_', '{\"starting_offsets\": \"earliest\"}');\n" }
-  qw(plain checked before parted p2 vol latest);
+  qw(plain checked before parted p2 vol latest latest_st);
 SdpTest::query($node, <<"SQL");
 $sources
 SELECT sdp_create_flow('plain', 'plain', 'plain', 'seq bigint', options => '{"mode": "append", "notify": "sdp_written"}');
@@ -101,6 +113,7 @@ SELECT sdp_create_flow('parted', 'parted', 'parted', 'seq bigint', options => '{
 SELECT sdp_create_flow('p2', 'p2', 'p2_lo', 'seq bigint', options => '{"mode": "append"}');
 SELECT sdp_create_flow('vol', 'vol', 'vol', 'seq bigint', options => '{"mode": "append"}');
 SELECT sdp_create_flow('latest', 'latest', 'latest', 'k text, v int', options => '{"mode": "upsert"}');
+SELECT sdp_create_flow('latest_st', 'latest_st', 'latest_st', 'k text, v int', options => '{"mode": "upsert"}');
 SET ROLE app;
 SELECT sdp_create_source('rls', '$boot', 'rls', '{"starting_offsets": "earliest"}');
 SELECT sdp_create_flow('guarded', 'rls', 'guarded', 'seq bigint', options => '{"mode": "append"}');
@@ -115,6 +128,7 @@ ok(SdpTest::wait_consumed($node, 'p2', 60), 'p2: 60 messages consumed');
 ok(SdpTest::wait_consumed($node, 'vol', 50), 'vol: 50 messages consumed');
 ok(SdpTest::wait_consumed($node, 'guarded', 100), 'guarded: 100 messages consumed');
 ok(SdpTest::wait_consumed($node, 'latest', 1000), 'latest: 1000 messages consumed');
+ok(SdpTest::wait_consumed($node, 'latest_st', 1000), 'latest_st: 1000 messages consumed');
 
 # Which path each flow takes, from the line its worker logs when it starts.
 my $log = PostgreSQL::Test::Utils::slurp_file($node->logfile);
@@ -126,7 +140,8 @@ my %path = (
 	p2 => [ 'public.p2_lo', qr/multi-insert/ ],
 	vol => [ 'public.vol', qr/an INSERT statement: a column the flow does not write has a volatile default/ ],
 	guarded => [ 'public.guarded', qr/an INSERT statement: row-level security applies/ ],
-	latest => [ 'public.latest', qr/multi-insert/ ]);
+	latest => [ 'public.latest', qr/multi-insert/ ],
+	latest_st => [ 'public.latest_st', qr/an INSERT statement: in upsert mode, the target has statement triggers/ ]);
 for my $flow (sort keys %path)
 {
 	my ($target, $how) = @{ $path{$flow} };
@@ -200,6 +215,15 @@ is(SdpTest::query($node, "SELECT count(*) || '|' || count(*) FILTER (WHERE v = 1
 	'75|25|50', 'latest: 25 keys updated, 25 inserted, 25 untouched');
 is(SdpTest::query($node, "SELECT count(*) FROM latest WHERE v = 100 AND substr(k, 2)::int NOT BETWEEN 25 AND 74"), '0',
 	'latest: exactly the keys of the second round');
+is(SdpTest::query($node, "SELECT count(*) || '|' || count(DISTINCT k) FROM latest_ops WHERE op = 'I'"), '75|75',
+	'latest: the AFTER INSERT row trigger fired once for each new key');
+is(SdpTest::query($node, "SELECT count(DISTINCT k) FROM latest_ops WHERE op = 'U' AND substr(k, 2)::int BETWEEN 25 AND 49"), '25',
+	'latest: the AFTER UPDATE row trigger fired for each key updated by the second round');
+
+# Upsert into a target with a statement trigger: the plan path, one statement per batch.
+is(SdpTest::query($node, 'SELECT count(*) || \'|\' || min(v) || \'|\' || max(v) FROM latest_st'), '50|19|19',
+	'latest_st: one row per key, with its last version');
+is(SdpTest::query($node, 'SELECT count(*) > 0 FROM stmts_st'), 't', 'latest_st: the statement trigger fired');
 
 # A concurrent inserter of a key the batch brings: the flow waits for it
 # and then updates its row (the key is seen while it is being inserted).
@@ -232,7 +256,7 @@ is($notified, 500, 'notify: the batches\' notifications add up to the 500 rows w
 $listener->quit;
 
 is(SdpTest::query($node, "SELECT string_agg(flow || ':' || state, ',' ORDER BY flow) FROM sdp.flow_status"),
-	'before:running,checked:running,guarded:running,latest:running,p2:running,parted:running,plain:running,vol:running',
+	'before:running,checked:running,guarded:running,latest:running,latest_st:running,p2:running,parted:running,plain:running,vol:running',
 	'every flow is running');
 
 done_testing();
