@@ -216,6 +216,10 @@ launcher_detach_shmem(int code, Datum arg)
  * (by OID, InvalidOid when its role is gone: a 0.1 catalog keeps owners by
  * name).  Also publish which roles own flows or sources, for DROP ROLE in
  * other databases (roles.c).
+ *
+ * Each query takes its snapshot after its locks (not read-only): ALTER
+ * EXTENSION UPDATE rewrites sdp.flows, and a snapshot taken before waiting
+ * for its lock sees none of the rewritten rows, which would stop every flow.
  */
 static WantedFlow *
 read_flows(int *nflows)
@@ -235,7 +239,7 @@ read_flows(int *nflows)
 							 "  SELECT %s AS own FROM sdp.flows UNION ALL SELECT %s FROM sdp.sources) o"
 							 " WHERE o.own IS NOT NULL GROUP BY o.own ORDER BY o.own",
 							 sdp_owner_oid_sql("owner"), sdp_owner_oid_sql("owner")),
-					true, 0) != SPI_OK_SELECT)
+					false, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read the owners of sdp.flows and sdp.sources");
 	overflow = SPI_processed > SDP_MAX_OWNERS;
 	nowners = (int) Min(SPI_processed, SDP_MAX_OWNERS);
@@ -250,7 +254,7 @@ read_flows(int *nflows)
 	if (SPI_execute(psprintf("SELECT f.id, f.name, f.enabled AND f.failed_at IS NULL, r.oid, f.owner::text, r.rolcanlogin "
 							 "  FROM sdp.flows f LEFT JOIN pg_catalog.pg_roles r ON r.oid = %s "
 							 " ORDER BY f.id", sdp_owner_oid_sql("f.owner")),
-					true, 0) != SPI_OK_SELECT)
+					false, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read sdp.flows");
 	sdp_catalog_leave(&scope);
 
