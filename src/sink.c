@@ -405,7 +405,9 @@ struct FastWrite
 	Expr	  **def_expr;
 	ExprState **def;
 	TupleTableSlot *src;		/* a row as the flow produced it */
-	TupleTableSlot **slots;		/* the buffered rows, as the target's */
+	TupleDesc	slot_desc;		/* the target's, unpinned: slots cost no resource owner entry */
+	TupleTableSlot **slots;		/* the buffered rows, as the target's; made as needed */
+	int			maxslots;
 	int			nslots;
 	int			nused;
 	Size		bytes;
@@ -600,10 +602,10 @@ fast_write_begin(SdpSink *s, RangeTblEntry *rte, FastWrite *fw, int n)
 		fw->def[d] = ExecInitExpr(fw->def_expr[d], NULL);
 
 	fw->src = ExecInitExtraTupleSlot(estate, s->row_desc, &TTSOpsHeapTuple);
-	fw->nslots = Min(n, SDP_MAX_BUFFERED_ROWS);
-	fw->slots = palloc(sizeof(TupleTableSlot *) * fw->nslots);
-	for (int i = 0; i < fw->nslots; i++)
-		fw->slots[i] = table_slot_create(fw->rel, &estate->es_tupleTable);
+	fw->slot_desc = CreateTupleDescCopy(RelationGetDescr(fw->rel));
+	fw->maxslots = Min(n, SDP_MAX_BUFFERED_ROWS);
+	fw->slots = palloc(sizeof(TupleTableSlot *) * fw->maxslots);
+	fw->nslots = 0;
 	fw->bistate = GetBulkInsertState();
 
 	if (s->mode == SDP_MODE_UPSERT)
@@ -725,10 +727,19 @@ fast_write_rows(FastWrite *fw, HeapTuple *rows, int n, HeapTuple *existing, int 
 
 	for (int i = 0; i < n; i++)
 	{
-		TupleTableSlot *slot = fw->slots[fw->nused];
+		TupleTableSlot *slot;
 		MemoryContext oldcxt;
 
 		CHECK_FOR_INTERRUPTS();
+		if (fw->nused == fw->nslots)
+		{
+			/* as many slots as a flush holds, made once per batch (64 kB of rows is a few hundred) */
+			oldcxt = MemoryContextSwitchTo(estate->es_query_cxt);
+			fw->slots[fw->nslots++] = ExecAllocTableSlot(&estate->es_tupleTable, fw->slot_desc,
+														 table_slot_callbacks(fw->rel));
+			MemoryContextSwitchTo(oldcxt);
+		}
+		slot = fw->slots[fw->nused];
 		ResetPerTupleExprContext(estate);
 		oldcxt = MemoryContextSwitchTo(GetPerTupleMemoryContext(estate));
 		ExecClearTuple(slot);
@@ -776,7 +787,7 @@ fast_write_rows(FastWrite *fw, HeapTuple *rows, int n, HeapTuple *existing, int 
 		fw->nused++;
 		fw->bytes += rows[i]->t_len;
 		inserted++;
-		if (fw->nused == fw->nslots || fw->bytes >= SDP_MAX_BUFFERED_BYTES)
+		if (fw->nused == fw->maxslots || fw->bytes >= SDP_MAX_BUFFERED_BYTES)
 			fast_write_flush(fw);
 	}
 	fast_write_flush(fw);
