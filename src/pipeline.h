@@ -35,6 +35,8 @@ typedef struct SdpSink
 	char	   *sql;
 	const char *flow_name;		/* for the log line when the write path changes; NULL: none */
 	int			path;			/* SdpWritePath of the last batch (sink.c) */
+	bool		upsert_probe;	/* upsert: look the keys up first (else insert, and fall back) */
+	int			clean_batches;	/* upsert: batches in a row whose keys were all new */
 } SdpSink;
 
 /* transform.c */

@@ -25,12 +25,15 @@
  * (taking its locks) and checks its range table's permissions as executing
  * it would, so a REVOKE stops the next batch either way.
  *
- * In upsert mode the batch's keys are looked up in the primary key first
- * (a dirty snapshot: committed and in-progress rows); the new ones are
- * multi-inserted in a subtransaction, the rest go through the ON CONFLICT
- * plan.  A unique violation there (a concurrent insert of the same key, or
- * two keys equal but not binary equal) rolls the subtransaction back and
- * the whole batch goes through the plan, which is right in every case.
+ * In upsert mode the new keys are multi-inserted in a subtransaction and
+ * the others go through the ON CONFLICT plan.  A unique violation there (a
+ * key already in the target, a concurrent insert of the same key, or two
+ * keys equal but not binary equal) rolls the subtransaction back and the
+ * whole batch goes through the plan, which is right in every case.  Which
+ * keys are new: while they all are, none is looked up (the unique violation
+ * tells); after a violation the batch's keys are looked up in the primary
+ * key first (a dirty snapshot: committed and in-progress rows), until they
+ * are all new again for a while (write_upsert).
  *
  * The plan path stays wherever COPY would not multi-insert or the flow's
  * semantics differ (write_path_refusal): partitioned targets, BEFORE or
@@ -268,6 +271,8 @@ sdp_sink_prepare(SdpSink *s, Oid target, SdpWriteMode mode, TupleDesc row_desc,
 	}
 	s->written = written;
 	s->flow_name = NULL;
+	s->upsert_probe = false;
+	s->clean_batches = 0;
 	{
 		/* the path the first batch will take, for the log (the casts and defaults it plans are dropped) */
 		MemoryContext tmp = AllocSetContextCreate(CurrentMemoryContext, "sdp write path",
@@ -608,7 +613,7 @@ fast_write_begin(SdpSink *s, RangeTblEntry *rte, FastWrite *fw, int n)
 	fw->nslots = 0;
 	fw->bistate = GetBulkInsertState();
 
-	if (s->mode == SDP_MODE_UPSERT)
+	if (s->mode == SDP_MODE_UPSERT && s->upsert_probe)
 	{
 		Oid			pkoid = RelationGetPrimaryKeyIndex(fw->rel);
 		Relation	pk = NULL;
@@ -868,7 +873,17 @@ plan_target(SdpSink *s)
  * others through the plan.  A unique violation rolls the subtransaction
  * back and the plan writes the whole batch (ON CONFLICT sees the concurrent
  * row, or raises for the batch's own equal keys as it does).
+ *
+ * Which keys are new is found by looking them up first (probe mode), or
+ * not at all: while the keys keep being new, every row is inserted and a
+ * key already there shows as a unique violation.  Looking up costs a
+ * descent of the primary key per row, about what inserting it costs, so a
+ * flow of new keys (windows, events) skips it: it starts without, turns
+ * probing on at its first unique violation, and off again after
+ * SDP_UPSERT_CLEAN_BATCHES batches in a row found no key in the target.
  */
+#define SDP_UPSERT_CLEAN_BATCHES 8
+
 static int64
 write_upsert(SdpSink *s, RangeTblEntry *rte, HeapTuple *rows, int n)
 {
@@ -880,6 +895,7 @@ write_upsert(SdpSink *s, RangeTblEntry *rte, HeapTuple *rows, int n)
 	volatile SdpWritePath path = SDP_PATH_UNKNOWN;
 	volatile int64 inserted = 0;
 	volatile bool conflict = false;
+	bool		probe = s->upsert_probe;
 
 	BeginInternalSubTransaction(NULL);
 	MemoryContextSwitchTo(cxt);
@@ -912,8 +928,20 @@ write_upsert(SdpSink *s, RangeTblEntry *rte, HeapTuple *rows, int n)
 	PG_END_TRY();
 
 	note_write_path(s, path);
-	if (path != SDP_PATH_MULTI_INSERT || conflict)
+	if (path != SDP_PATH_MULTI_INSERT)
 		return write_with_plan(s, rows, n);
+	if (conflict)
+	{
+		s->upsert_probe = true;
+		s->clean_batches = 0;
+		return write_with_plan(s, rows, n);
+	}
+	if (probe)
+	{
+		s->clean_batches = nexisting > 0 ? 0 : s->clean_batches + 1;
+		if (s->clean_batches >= SDP_UPSERT_CLEAN_BATCHES)
+			s->upsert_probe = false;
+	}
 	return inserted + write_with_plan(s, existing, nexisting);
 }
 
