@@ -1,8 +1,10 @@
 /*
  * pipeline.h
  *		The SQL stages of a flow: the transform over "input" (transform.c)
- *		and the write into the target (sink.c).  Both run as prepared, kept
- *		SPI plans over batches registered as ephemeral named relations.
+ *		and the write into the target (sink.c).  Both have prepared, kept
+ *		SPI plans over batches registered as ephemeral named relations; the
+ *		write uses its plan for the target and its privileges, and writes by
+ *		multi-insert where the target allows it.
  */
 #ifndef SDP_PIPELINE_H
 #define SDP_PIPELINE_H
