@@ -39,6 +39,7 @@ typedef struct SdpSink
 	int			path;			/* SdpWritePath of the last batch (sink.c) */
 	bool		upsert_probe;	/* upsert: look the keys up first (else insert, and fall back) */
 	int			clean_batches;	/* upsert: batches in a row whose keys were all new */
+	int			plan_batches;	/* upsert: batches still to write by the plan alone (keys mostly there) */
 } SdpSink;
 
 /* transform.c */

@@ -273,6 +273,7 @@ sdp_sink_prepare(SdpSink *s, Oid target, SdpWriteMode mode, TupleDesc row_desc,
 	s->flow_name = NULL;
 	s->upsert_probe = false;
 	s->clean_batches = 0;
+	s->plan_batches = 0;
 	{
 		/* the path the first batch will take, for the log (the casts and defaults it plans are dropped) */
 		MemoryContext tmp = AllocSetContextCreate(CurrentMemoryContext, "sdp write path",
@@ -881,8 +882,13 @@ plan_target(SdpSink *s)
  * flow of new keys (windows, events) skips it: it starts without, turns
  * probing on at its first unique violation, and off again after
  * SDP_UPSERT_CLEAN_BATCHES batches in a row found no key in the target.
+ * When nearly every key of a batch is in the target already (a flow of
+ * updates), the multi-insert saves nothing and the lookup is extra: the
+ * next SDP_UPSERT_PLAN_BATCHES batches go through the plan alone, then the
+ * keys are looked up again.
  */
 #define SDP_UPSERT_CLEAN_BATCHES 8
+#define SDP_UPSERT_PLAN_BATCHES 8
 
 static int64
 write_upsert(SdpSink *s, RangeTblEntry *rte, HeapTuple *rows, int n)
@@ -897,6 +903,11 @@ write_upsert(SdpSink *s, RangeTblEntry *rte, HeapTuple *rows, int n)
 	volatile bool conflict = false;
 	bool		probe = s->upsert_probe;
 
+	if (s->plan_batches > 0)
+	{
+		s->plan_batches--;
+		return write_with_plan(s, rows, n);
+	}
 	BeginInternalSubTransaction(NULL);
 	MemoryContextSwitchTo(cxt);
 	PG_TRY();
@@ -941,6 +952,8 @@ write_upsert(SdpSink *s, RangeTblEntry *rte, HeapTuple *rows, int n)
 		s->clean_batches = nexisting > 0 ? 0 : s->clean_batches + 1;
 		if (s->clean_batches >= SDP_UPSERT_CLEAN_BATCHES)
 			s->upsert_probe = false;
+		if (n >= 10 && nexisting * 10 >= n * 9)
+			s->plan_batches = SDP_UPSERT_PLAN_BATCHES;
 	}
 	return inserted + write_with_plan(s, existing, nexisting);
 }

@@ -236,6 +236,19 @@ $inserter->query_safe('COMMIT');
 $inserter->quit;
 ok(SdpTest::wait_consumed($node, 'latest', 1051), 'latest: the message is consumed');
 is(SdpTest::query($node, "SELECT v FROM latest WHERE k = 'kx'"), '7', 'latest: the flow\'s version wins, in one row');
+
+# A round of updates only (the plan writes it), then new keys again.
+SdpKafka::kcat_produce(bootstrap => $boot, topic => 'latest',
+	messages => [ map { [ "k$_", qq({"k": "k$_", "v": 200}), undef ] } 0 .. 74 ]);
+ok(SdpTest::wait_consumed($node, 'latest', 1126), 'latest: 75 updates consumed');
+SdpKafka::kcat_produce(bootstrap => $boot, topic => 'latest',
+	messages => [ map { [ "k$_", qq({"k": "k$_", "v": 300}), undef ] } 75 .. 79 ]);
+ok(SdpTest::wait_consumed($node, 'latest', 1131), 'latest: 5 new keys consumed');
+is(SdpTest::query($node, "SELECT count(*) || '|' || count(*) FILTER (WHERE v = 200) || '|' || count(*) FILTER (WHERE v = 300) || '|' || "
+	  . "(SELECT v FROM latest WHERE k = 'kx') FROM latest"), '81|75|5|7',
+	'latest: every key updated once more, the new ones inserted, kx untouched');
+is(SdpTest::query($node, "SELECT count(*) || '|' || count(DISTINCT k) FROM latest_ops WHERE op = 'I' AND k <> 'kx'"), '80|80',
+	'latest: the AFTER INSERT row trigger fired once for each key ever inserted by the flow');
 is(SdpTest::query($node, "SELECT count(*) FROM sdp.dead_letters WHERE flow = 'latest'"), '0', 'latest: nothing dead-lettered');
 
 # notify: each batch that wrote rows tells the listener how many.
