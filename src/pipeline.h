@@ -1,8 +1,10 @@
 /*
  * pipeline.h
  *		The SQL stages of a flow: the transform over "input" (transform.c)
- *		and the write into the target (sink.c).  Both run as prepared, kept
- *		SPI plans over batches registered as ephemeral named relations.
+ *		and the write into the target (sink.c).  Both have prepared, kept
+ *		SPI plans over batches registered as ephemeral named relations; the
+ *		write uses its plan for the target and its privileges, and writes by
+ *		multi-insert where the target allows it.
  */
 #ifndef SDP_PIPELINE_H
 #define SDP_PIPELINE_H
@@ -30,8 +32,14 @@ typedef struct SdpSink
 	TupleDesc	row_desc;		/* the rows handed to sdp_sink_write */
 	int			npk;
 	int		   *pk_index;		/* 0-based positions of the key columns in row_desc */
-	SPIPlanPtr	plan;
+	bool	   *written;		/* per row_desc column: written into the target */
+	SPIPlanPtr	plan;			/* INSERT ... SELECT FROM sdp_output: the plan path */
 	char	   *sql;
+	const char *flow_name;		/* for the log line when the write path changes; NULL: none */
+	int			path;			/* SdpWritePath of the last batch (sink.c) */
+	bool		upsert_probe;	/* upsert: look the keys up first (else insert, and fall back) */
+	int			clean_batches;	/* upsert: batches in a row whose keys were all new */
+	int			plan_batches;	/* upsert: batches still to write by the plan alone (keys mostly there) */
 } SdpSink;
 
 /* transform.c */
@@ -49,5 +57,6 @@ extern void sdp_sink_prepare(SdpSink *s, Oid target, SdpWriteMode mode,
 							 TupleDesc row_desc, bool skip_unmatched_meta);
 extern void sdp_sink_check_privileges(SdpSink *s, Oid roleid);
 extern int64 sdp_sink_write(SdpSink *s, HeapTuple *rows, int n);
+extern const char *sdp_sink_path_description(SdpSink *s);
 
 #endif							/* SDP_PIPELINE_H */

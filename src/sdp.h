@@ -23,7 +23,7 @@
  *	kafka_source.c	librdkafka consumer of one flow
  *	json_decode.c	JSON payload -> tuple of the flow's input schema
  *	input_schema.c	the declared input schema and the relation "input"
- *	sink.c			the transform and target write plans
+ *	sink.c			the target write: multi-insert as COPY does, or the INSERT plan
  *	metrics.c		latency samples and their percentiles
  */
 #ifndef SDP_H

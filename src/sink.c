@@ -12,24 +12,101 @@
  * mode the batch is first collapsed per key, keeping the last row: rows
  * arrive in partition and offset order, which is arrival order for a
  * key-partitioned topic, so the last message for a key wins.
+ *
+ * That plan is the reference and the fallback.  Where it can, a batch is
+ * written the way COPY FROM writes (copyfrom.c), without one executor
+ * insert per row: the rows are put in the target's slots (assignment casts
+ * and the defaults of the columns the flow does not write, as the INSERT
+ * would), generated columns computed and constraints checked, and buffered
+ * slots flushed by table_multi_insert, then their index entries and AFTER
+ * ROW triggers; statement triggers and the AFTER trigger queue bracket the
+ * batch as they bracket a statement.  The plan stays the authority on
+ * which table the name means and on privileges: every batch revalidates it
+ * (taking its locks) and checks its range table's permissions as executing
+ * it would, so a REVOKE stops the next batch either way.
+ *
+ * In upsert mode the new keys are multi-inserted in a subtransaction and
+ * the others go through the ON CONFLICT plan.  A unique violation there (a
+ * key already in the target, a concurrent insert of the same key, or two
+ * keys equal but not binary equal) rolls the subtransaction back and the
+ * whole batch goes through the plan, which is right in every case.  Which
+ * keys are new: while they all are, none is looked up (the unique violation
+ * tells); after a violation the batch's keys are looked up in the primary
+ * key first (a dirty snapshot: committed and in-progress rows), until they
+ * are all new again for a while (write_upsert).
+ *
+ * The plan path stays wherever COPY would not multi-insert or the flow's
+ * semantics differ (write_path_refusal): partitioned targets, BEFORE or
+ * INSTEAD OF row triggers, row-level security for the owner (COPY refuses
+ * it; the plan applies the policies), volatile defaults, and in upsert mode
+ * statement triggers and transition tables (one statement, not two).  Which
+ * path a flow takes is logged when it starts and when it changes.
  */
 #include "pipeline.h"
 
+#include "access/genam.h"
+#include "access/heapam.h"
 #include "access/relation.h"
 #include "access/table.h"
+#include "access/tableam.h"
+#include "access/xact.h"
 #include "catalog/index.h"
+#include "catalog/pg_am.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_index.h"
+#include "commands/trigger.h"
 #include "common/hashfn.h"
+#include "executor/executor.h"
+#include "executor/nodeModifyTable.h"
 #include "miscadmin.h"
+#include "nodes/makefuncs.h"
+#include "optimizer/optimizer.h"
 #include "parser/parse_coerce.h"
+#include "parser/parsetree.h"
+#include "rewrite/rewriteHandler.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/datum.h"
 #include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/plancache.h"
 #include "utils/rel.h"
 #include "utils/relcache.h"
+#include "utils/rls.h"
+#include "utils/snapmgr.h"
 #include "utils/syscache.h"
+#include "utils/typcache.h"
+
+/* The path a batch is written by: multi-insert, or the plan for this reason. */
+typedef enum SdpWritePath
+{
+	SDP_PATH_MULTI_INSERT,
+	SDP_PATH_PARTITIONED,
+	SDP_PATH_ROW_TRIGGERS,
+	SDP_PATH_ROW_SECURITY,
+	SDP_PATH_VOLATILE_DEFAULT,
+	SDP_PATH_DOMAIN_DEFAULT,
+	SDP_PATH_STATEMENT_TRIGGERS,
+	SDP_PATH_KEY,
+	SDP_PATH_COLUMNS,
+	SDP_PATH_UNKNOWN
+} SdpWritePath;
+
+static const char *const write_path_text[] = {
+	"multi-insert",
+	"an INSERT statement: the target is partitioned",
+	"an INSERT statement: the target has BEFORE or INSTEAD OF row triggers on INSERT",
+	"an INSERT statement: row-level security applies to the flow's owner on the target",
+	"an INSERT statement: a column the flow does not write has a volatile default",
+	"an INSERT statement: a column the flow does not write has a domain type and no default",
+	"an INSERT statement: in upsert mode, the target has statement triggers or transition tables",
+	"an INSERT statement: the target's primary key is deferrable or not a btree",
+	"an INSERT statement: the target's columns do not match the flow's as declared",
+	"an INSERT statement"
+};
+
+typedef struct FastWrite FastWrite;
+static SdpWritePath write_path_refusal(SdpSink *s, Relation rel, FastWrite *fw);
 
 /*
  * The target's primary key index and its columns (attribute numbers), or
@@ -192,6 +269,21 @@ sdp_sink_prepare(SdpSink *s, Oid target, SdpWriteMode mode, TupleDesc row_desc,
 		else
 			appendStringInfoString(&sql, " DO NOTHING");
 	}
+	s->written = written;
+	s->flow_name = NULL;
+	s->upsert_probe = false;
+	s->clean_batches = 0;
+	s->plan_batches = 0;
+	{
+		/* the path the first batch will take, for the log (the casts and defaults it plans are dropped) */
+		MemoryContext tmp = AllocSetContextCreate(CurrentMemoryContext, "sdp write path",
+												  ALLOCSET_SMALL_SIZES);
+		MemoryContext old = MemoryContextSwitchTo(tmp);
+
+		s->path = write_path_refusal(s, rel, NULL);
+		MemoryContextSwitchTo(old);
+		MemoryContextDelete(tmp);
+	}
 	relation_close(rel, AccessShareLock);
 
 	s->sql = sql.data;
@@ -299,12 +391,580 @@ collapse_by_key(SdpSink *s, HeapTuple *rows, int n, HeapTuple *kept)
 	return nkept;
 }
 
+/* ---- the multi-insert path ---- */
+
+/* As copyfrom.c: the rows buffered before a flush. */
+#define SDP_MAX_BUFFERED_ROWS	1000
+#define SDP_MAX_BUFFERED_BYTES	65535
+
+/* One batch's write by multi-insert: the target opened as a statement would open it. */
+struct FastWrite
+{
+	EState	   *estate;
+	ResultRelInfo *rri;
+	Relation	rel;
+	AttrNumber *dst;			/* per row_desc column: its target attribute, 0 if not written */
+	Expr	  **cast_expr;		/* per row_desc column: the assignment cast, NULL if none is needed */
+	ExprState **cast;
+	int			ndefaults;		/* the defaults of the target's columns the flow does not write */
+	AttrNumber *def_att;
+	Expr	  **def_expr;
+	ExprState **def;
+	TupleTableSlot *src;		/* a row as the flow produced it */
+	TupleDesc	slot_desc;		/* the target's, unpinned: slots cost no resource owner entry */
+	TupleTableSlot **slots;		/* the buffered rows, as the target's; made as needed */
+	int			maxslots;
+	int			nslots;
+	int			nused;
+	Size		bytes;
+	BulkInsertState bistate;
+	TransitionCaptureState *tcs;
+	/* upsert: looking the keys up in the primary key */
+	IndexScanDesc scan;
+	ScanKey		keys;
+	int			npk;
+	AttrNumber *pk_att;
+	TupleTableSlot *probe;
+	SnapshotData dirty;
+};
+
+/*
+ * Why a batch cannot be written into rel by multi-insert, or
+ * SDP_PATH_MULTI_INSERT.  With fw, also fills in how the flow's columns map
+ * to the target's (the casts and defaults, planned, in the current memory
+ * context).  Mirrors what the INSERT plan does with the same rows: the
+ * assignment casts of the parser, the defaults of the rewriter, the nulls
+ * coerced to a domain of the planner (which COPY does not do: the plan path).
+ */
+static SdpWritePath
+write_path_refusal(SdpSink *s, Relation rel, FastWrite *fw)
+{
+	TupleDesc	tdesc = RelationGetDescr(rel);
+	TriggerDesc *trig = rel->trigdesc;
+	int			nsrc = s->row_desc->natts;
+	bool	   *covered;
+	AttrNumber *dst;
+	Expr	  **cast;
+
+	if (rel->rd_rel->relkind != RELKIND_RELATION)
+		return rel->rd_rel->relkind == RELKIND_PARTITIONED_TABLE ? SDP_PATH_PARTITIONED : SDP_PATH_UNKNOWN;
+	if (trig && (trig->trig_insert_before_row || trig->trig_insert_instead_row))
+		return SDP_PATH_ROW_TRIGGERS;
+	if (check_enable_rls(RelationGetRelid(rel), InvalidOid, true) == RLS_ENABLED)
+		return SDP_PATH_ROW_SECURITY;
+	if (s->mode == SDP_MODE_UPSERT)
+	{
+		Oid			pkoid = RelationGetPrimaryKeyIndex(rel);
+		Relation	idx;
+		bool		usable;
+
+		/* one statement there, two here (the new keys, then the others) */
+		if (trig && (trig->trig_insert_before_statement || trig->trig_insert_after_statement ||
+					 trig->trig_update_before_statement || trig->trig_update_after_statement ||
+					 trig->trig_insert_new_table || trig->trig_update_old_table ||
+					 trig->trig_update_new_table))
+			return SDP_PATH_STATEMENT_TRIGGERS;
+		if (!OidIsValid(pkoid))
+			return SDP_PATH_KEY;
+		idx = index_open(pkoid, AccessShareLock);
+		usable = idx->rd_rel->relam == BTREE_AM_OID && idx->rd_index->indimmediate;
+		index_close(idx, AccessShareLock);
+		if (!usable)
+			return SDP_PATH_KEY;
+	}
+
+	covered = palloc0(sizeof(bool) * Max(tdesc->natts, 1));
+	dst = palloc0(sizeof(AttrNumber) * nsrc);
+	cast = palloc0(sizeof(Expr *) * nsrc);
+	for (int i = 0; i < nsrc; i++)
+	{
+		Form_pg_attribute src = TupleDescAttr(s->row_desc, i);
+		Form_pg_attribute att = NULL;
+		int			a;
+
+		if (!s->written[i])
+			continue;
+		for (a = 0; a < tdesc->natts; a++)
+		{
+			att = TupleDescAttr(tdesc, a);
+			if (!att->attisdropped && strcmp(NameStr(att->attname), NameStr(src->attname)) == 0)
+				break;
+		}
+		/* the table changed under the flow: the plan says how, as an error */
+		if (a == tdesc->natts || att->attgenerated || att->attidentity == ATTRIBUTE_IDENTITY_ALWAYS ||
+			covered[a])
+			return SDP_PATH_COLUMNS;
+		covered[a] = true;
+		dst[i] = a + 1;
+		if (src->atttypid != att->atttypid ||
+			(att->atttypmod >= 0 && att->atttypmod != src->atttypmod))
+		{
+			Node	   *e = coerce_to_target_type(NULL,
+												  (Node *) makeVar(1, i + 1, src->atttypid, src->atttypmod,
+																   src->attcollation, 0),
+												  src->atttypid, att->atttypid, att->atttypmod,
+												  COERCION_ASSIGNMENT, COERCE_IMPLICIT_CAST, -1);
+
+			if (e == NULL)
+				return SDP_PATH_COLUMNS;
+			cast[i] = expression_planner((Expr *) e);
+		}
+	}
+	if (fw)
+	{
+		fw->dst = dst;
+		fw->cast_expr = cast;
+		fw->def_att = palloc(sizeof(AttrNumber) * Max(tdesc->natts, 1));
+		fw->def_expr = palloc(sizeof(Expr *) * Max(tdesc->natts, 1));
+		fw->ndefaults = 0;
+	}
+	for (int a = 0; a < tdesc->natts; a++)
+	{
+		Form_pg_attribute att = TupleDescAttr(tdesc, a);
+		Expr	   *def;
+
+		if (covered[a] || att->attisdropped || att->attgenerated)
+			continue;
+		def = (Expr *) build_column_default(rel, a + 1);
+		if (def == NULL)
+		{
+			if (get_typtype(att->atttypid) == TYPTYPE_DOMAIN)
+				return SDP_PATH_DOMAIN_DEFAULT;
+			continue;
+		}
+		def = expression_planner(def);
+		/* as COPY: a volatile default may read the target; nextval() may not */
+		if (contain_volatile_functions_not_nextval((Node *) def))
+			return SDP_PATH_VOLATILE_DEFAULT;
+		if (fw)
+		{
+			fw->def_att[fw->ndefaults] = a + 1;
+			fw->def_expr[fw->ndefaults] = def;
+			fw->ndefaults++;
+		}
+	}
+	return SDP_PATH_MULTI_INSERT;
+}
+
+static void
+note_write_path(SdpSink *s, SdpWritePath path)
+{
+	if (path == s->path)
+		return;
+	s->path = path;
+	if (s->flow_name)
+		ereport(LOG,
+				(errmsg("sdp flow \"%s\" writes into %s by %s",
+						s->flow_name, s->relname, write_path_text[path])));
+}
+
+/* How the last batch was written (or the first will be), for the log. */
+const char *
+sdp_sink_path_description(SdpSink *s)
+{
+	return write_path_text[s->path];
+}
+
+/*
+ * Open the target (rte, from the plan: the table its name means, locked) as
+ * a statement would, if the batch can be written by multi-insert.  Then,
+ * as SPI runs a statement: a new snapshot and command id, the AFTER
+ * trigger queue, and the BEFORE STATEMENT triggers.  Returns why not
+ * otherwise, with nothing left open.
+ */
+static SdpWritePath
+fast_write_begin(SdpSink *s, RangeTblEntry *rte, FastWrite *fw, int n)
+{
+	EState	   *estate = CreateExecutorState();
+	MemoryContext oldcxt = MemoryContextSwitchTo(estate->es_query_cxt);
+	ResultRelInfo *rri = makeNode(ResultRelInfo);
+	SdpWritePath path;
+	CommandId	cid;
+
+	memset(fw, 0, sizeof(FastWrite));
+	fw->estate = estate;
+	fw->rri = rri;
+	ExecInitRangeTable(estate, list_make1(rte));
+	ExecInitResultRelation(estate, rri, 1);
+	fw->rel = rri->ri_RelationDesc;
+	path = write_path_refusal(s, fw->rel, fw);
+	if (path != SDP_PATH_MULTI_INSERT)
+	{
+		MemoryContextSwitchTo(oldcxt);
+		ExecCloseResultRelations(estate);
+		ExecCloseRangeTableRelations(estate);
+		FreeExecutorState(estate);
+		return path;
+	}
+	CheckValidResultRel(rri, CMD_INSERT);
+	ExecOpenIndices(rri, false);
+
+	fw->cast = palloc0(sizeof(ExprState *) * s->row_desc->natts);
+	for (int i = 0; i < s->row_desc->natts; i++)
+		if (fw->cast_expr[i])
+			fw->cast[i] = ExecInitExpr(fw->cast_expr[i], NULL);
+	fw->def = palloc(sizeof(ExprState *) * Max(fw->ndefaults, 1));
+	for (int d = 0; d < fw->ndefaults; d++)
+		fw->def[d] = ExecInitExpr(fw->def_expr[d], NULL);
+
+	fw->src = ExecInitExtraTupleSlot(estate, s->row_desc, &TTSOpsHeapTuple);
+	fw->slot_desc = CreateTupleDescCopy(RelationGetDescr(fw->rel));
+	fw->maxslots = Min(n, SDP_MAX_BUFFERED_ROWS);
+	fw->slots = palloc(sizeof(TupleTableSlot *) * fw->maxslots);
+	fw->nslots = 0;
+	fw->bistate = GetBulkInsertState();
+
+	if (s->mode == SDP_MODE_UPSERT && s->upsert_probe)
+	{
+		Oid			pkoid = RelationGetPrimaryKeyIndex(fw->rel);
+		Relation	pk = NULL;
+
+		for (int i = 0; i < rri->ri_NumIndices; i++)
+			if (RelationGetRelid(rri->ri_IndexRelationDescs[i]) == pkoid)
+				pk = rri->ri_IndexRelationDescs[i];
+		if (pk == NULL)
+			elog(ERROR, "primary key index %u of %s is not open", pkoid, s->relname);
+		fw->npk = pk->rd_index->indnkeyatts;
+		fw->keys = palloc(sizeof(ScanKeyData) * fw->npk);
+		fw->pk_att = palloc(sizeof(AttrNumber) * fw->npk);
+		for (int k = 0; k < fw->npk; k++)
+		{
+			Oid			eqop = get_opfamily_member(pk->rd_opfamily[k], pk->rd_opcintype[k],
+												   pk->rd_opcintype[k], BTEqualStrategyNumber);
+
+			if (!OidIsValid(eqop))
+				elog(ERROR, "no equality operator for column %d of index %u", k + 1, pkoid);
+			fw->pk_att[k] = pk->rd_index->indkey.values[k];
+			ScanKeyEntryInitialize(&fw->keys[k], 0, k + 1, BTEqualStrategyNumber, InvalidOid,
+								   pk->rd_indcollation[k], get_opcode(eqop), (Datum) 0);
+		}
+		/* committed rows and rows being inserted, as ON CONFLICT's own check sees them */
+		InitDirtySnapshot(fw->dirty);
+		fw->scan = index_beginscan(fw->rel, pk, &fw->dirty, fw->npk, 0);
+		fw->probe = table_slot_create(fw->rel, &estate->es_tupleTable);
+	}
+
+	PushActiveSnapshot(GetTransactionSnapshot());
+	CommandCounterIncrement();
+	UpdateActiveSnapshotCommandId();
+	cid = GetCurrentCommandId(true);
+	estate->es_output_cid = cid;
+	estate->es_snapshot = GetActiveSnapshot();
+	AfterTriggerBeginQuery();
+	fw->tcs = MakeTransitionCaptureState(fw->rel->trigdesc, RelationGetRelid(fw->rel), CMD_INSERT);
+	ExecBSInsertTriggers(estate, rri);
+	MemoryContextSwitchTo(oldcxt);
+	return SDP_PATH_MULTI_INSERT;
+}
+
+/* Insert the buffered rows, then their index entries and AFTER ROW triggers (CopyMultiInsertBufferFlush). */
+static void
+fast_write_flush(FastWrite *fw)
+{
+	EState	   *estate = fw->estate;
+	ResultRelInfo *rri = fw->rri;
+	TriggerDesc *trig = rri->ri_TrigDesc;
+	MemoryContext oldcxt;
+
+	if (fw->nused == 0)
+		return;
+	/* the heap and index inserts may leak: the row's memory, reset after (every row is in its slot) */
+	oldcxt = MemoryContextSwitchTo(GetPerTupleMemoryContext(estate));
+	table_multi_insert(fw->rel, fw->slots, fw->nused, estate->es_output_cid, 0, fw->bistate);
+	for (int i = 0; i < fw->nused; i++)
+	{
+		if (rri->ri_NumIndices > 0)
+		{
+			List	   *recheck = ExecInsertIndexTuples(rri, fw->slots[i], estate,
+														false, false, NULL, NIL);
+
+			ExecARInsertTriggers(estate, rri, fw->slots[i], recheck, fw->tcs);
+			list_free(recheck);
+		}
+		else if (trig && (trig->trig_insert_after_row || trig->trig_insert_new_table))
+			ExecARInsertTriggers(estate, rri, fw->slots[i], NIL, fw->tcs);
+		ExecClearTuple(fw->slots[i]);
+	}
+	MemoryContextSwitchTo(oldcxt);
+	ResetPerTupleExprContext(estate);
+	fw->nused = 0;
+	fw->bytes = 0;
+}
+
+/*
+ * Whether the key of the row in slot is in the target (committed or being
+ * inserted).  In the statement's memory, not the row's: the index scan keeps
+ * what it allocates from one key to the next (the items it found dead).
+ */
+static bool
+fast_key_exists(FastWrite *fw, TupleTableSlot *slot)
+{
+	MemoryContext oldcxt = MemoryContextSwitchTo(fw->estate->es_query_cxt);
+	bool		found;
+
+	for (int k = 0; k < fw->npk; k++)
+	{
+		AttrNumber	a = fw->pk_att[k];
+
+		fw->keys[k].sk_argument = slot->tts_values[a - 1];
+		fw->keys[k].sk_flags = slot->tts_isnull[a - 1] ? SK_ISNULL : 0;
+	}
+	index_rescan(fw->scan, fw->keys, fw->npk, NULL, 0);
+	found = index_getnext_slot(fw->scan, ForwardScanDirection, fw->probe);
+	MemoryContextSwitchTo(oldcxt);
+	return found;
+}
+
+/*
+ * Write rows as CopyFrom does, row by row into the buffer: the flow's values
+ * (cast where the plan casts), the defaults, the generated columns, then the
+ * constraints.  In upsert mode a row whose key is in the target already is
+ * put in existing[] instead.  Returns the rows inserted.
+ */
+static int64
+fast_write_rows(FastWrite *fw, HeapTuple *rows, int n, HeapTuple *existing, int *nexisting)
+{
+	EState	   *estate = fw->estate;
+	ExprContext *econtext = GetPerTupleExprContext(estate);
+	TupleDesc	tdesc = RelationGetDescr(fw->rel);
+	TupleDesc	sdesc = fw->src->tts_tupleDescriptor;
+	bool		has_generated = tdesc->constr && tdesc->constr->has_generated_stored;
+	int64		inserted = 0;
+
+	for (int i = 0; i < n; i++)
+	{
+		TupleTableSlot *slot;
+		MemoryContext oldcxt;
+
+		CHECK_FOR_INTERRUPTS();
+		if (fw->nused == fw->nslots)
+		{
+			/* as many slots as a flush holds, made once per batch (64 kB of rows is a few hundred) */
+			oldcxt = MemoryContextSwitchTo(estate->es_query_cxt);
+			fw->slots[fw->nslots++] = ExecAllocTableSlot(&estate->es_tupleTable, fw->slot_desc,
+														 table_slot_callbacks(fw->rel));
+			MemoryContextSwitchTo(oldcxt);
+		}
+		slot = fw->slots[fw->nused];
+		ResetPerTupleExprContext(estate);
+		oldcxt = MemoryContextSwitchTo(GetPerTupleMemoryContext(estate));
+		ExecClearTuple(slot);
+		ExecStoreHeapTuple(rows[i], fw->src, false);
+		slot_getallattrs(fw->src);
+		econtext->ecxt_scantuple = fw->src;
+		memset(slot->tts_isnull, true, sizeof(bool) * tdesc->natts);
+		for (int j = 0; j < sdesc->natts; j++)
+		{
+			AttrNumber	a = fw->dst[j];
+
+			if (a == 0)
+				continue;
+			if (fw->cast[j] == NULL)
+			{
+				slot->tts_values[a - 1] = fw->src->tts_values[j];
+				slot->tts_isnull[a - 1] = fw->src->tts_isnull[j];
+			}
+			else
+				slot->tts_values[a - 1] = ExecEvalExpr(fw->cast[j], econtext, &slot->tts_isnull[a - 1]);
+		}
+		if (fw->scan && fast_key_exists(fw, slot))
+		{
+			existing[(*nexisting)++] = rows[i];
+			MemoryContextSwitchTo(oldcxt);
+			continue;
+		}
+		for (int d = 0; d < fw->ndefaults; d++)
+		{
+			AttrNumber	a = fw->def_att[d];
+
+			slot->tts_values[a - 1] = ExecEvalExpr(fw->def[d], econtext, &slot->tts_isnull[a - 1]);
+		}
+		ExecStoreVirtualTuple(slot);
+		MemoryContextSwitchTo(oldcxt);
+
+		if (has_generated)
+			ExecComputeStoredGenerated(fw->rri, estate, slot, CMD_INSERT);
+		if (tdesc->constr)
+			ExecConstraints(fw->rri, slot, estate);
+		if (fw->rel->rd_rel->relispartition)
+			(void) ExecPartitionCheck(fw->rri, slot, estate, true);
+		/* the values may point into the per-row memory: the buffer keeps its own copy */
+		ExecMaterializeSlot(slot);
+		fw->nused++;
+		fw->bytes += rows[i]->t_len;
+		inserted++;
+		if (fw->nused == fw->maxslots || fw->bytes >= SDP_MAX_BUFFERED_BYTES)
+			fast_write_flush(fw);
+	}
+	fast_write_flush(fw);
+	return inserted;
+}
+
+/* The end of the statement: AFTER STATEMENT triggers, the queued AFTER triggers fired, all closed. */
+static void
+fast_write_end(FastWrite *fw)
+{
+	EState	   *estate = fw->estate;
+
+	if (fw->scan)
+		index_endscan(fw->scan);
+	FreeBulkInsertState(fw->bistate);
+	ExecASInsertTriggers(estate, fw->rri, fw->tcs);
+	AfterTriggerEndQuery(estate);
+	PopActiveSnapshot();
+	ExecResetTupleTable(estate->es_tupleTable, false);
+	ExecCloseResultRelations(estate);
+	ExecCloseRangeTableRelations(estate);
+	FreeExecutorState(estate);
+}
+
+/* Rows written by the INSERT plan; returns the rows inserted or updated. */
+static int64
+write_with_plan(SdpSink *s, HeapTuple *rows, int n)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	int			rc;
+	int64		written;
+
+	if (n == 0)
+		return 0;
+	sdp_register_rows(SDP_OUTPUT_RELATION, s->row_desc, rows, n);
+	rc = SPI_execute_plan(s->plan, NULL, NULL, false, 0);
+	MemoryContextSwitchTo(cxt);
+	if (rc != SPI_OK_INSERT)
+		elog(ERROR, "write into %s returned %s", s->relname, SPI_result_code_string(rc));
+	written = (int64) SPI_processed;
+	sdp_unregister_rows(SDP_OUTPUT_RELATION);
+	return written;
+}
+
+/*
+ * The target as the plan means it now (revalidated, its locks taken) with
+ * the plan's permissions checked, as executing the plan would check them:
+ * its range table entry, or NULL when the plan is not a single INSERT.
+ */
+static RangeTblEntry *
+plan_target(SdpSink *s)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	CachedPlan *cplan;
+	PlannedStmt *pstmt;
+	RangeTblEntry *rte = NULL;
+
+	/* a replan parses the statement again, which names the rows */
+	sdp_register_rows(SDP_OUTPUT_RELATION, s->row_desc, NULL, 0);
+	cplan = SPI_plan_get_cached_plan(s->plan);
+	MemoryContextSwitchTo(cxt);
+	sdp_unregister_rows(SDP_OUTPUT_RELATION);
+	if (cplan == NULL)
+		return NULL;
+	pstmt = linitial_node(PlannedStmt, cplan->stmt_list);
+	if (list_length(cplan->stmt_list) == 1 && pstmt->commandType == CMD_INSERT &&
+		list_length(pstmt->resultRelations) == 1)
+	{
+		ExecCheckRTPerms(pstmt->rtable, true);
+		rte = copyObject(rt_fetch(linitial_int(pstmt->resultRelations), pstmt->rtable));
+	}
+	ReleaseCachedPlan(cplan, CurrentResourceOwner);
+	return rte;
+}
+
+/*
+ * Upsert by multi-insert: the new keys inserted in a subtransaction, the
+ * others through the plan.  A unique violation rolls the subtransaction
+ * back and the plan writes the whole batch (ON CONFLICT sees the concurrent
+ * row, or raises for the batch's own equal keys as it does).
+ *
+ * Which keys are new is found by looking them up first (probe mode), or
+ * not at all: while the keys keep being new, every row is inserted and a
+ * key already there shows as a unique violation.  Looking up costs a
+ * descent of the primary key per row, about what inserting it costs, so a
+ * flow of new keys (windows, events) skips it: it starts without, turns
+ * probing on at its first unique violation, and off again after
+ * SDP_UPSERT_CLEAN_BATCHES batches in a row found no key in the target.
+ * When nearly every key of a batch is in the target already (a flow of
+ * updates), the multi-insert saves nothing and the lookup is extra: the
+ * next SDP_UPSERT_PLAN_BATCHES batches go through the plan alone, then the
+ * keys are looked up again.
+ */
+#define SDP_UPSERT_CLEAN_BATCHES 8
+#define SDP_UPSERT_PLAN_BATCHES 8
+
+static int64
+write_upsert(SdpSink *s, RangeTblEntry *rte, HeapTuple *rows, int n)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
+	HeapTuple  *existing = palloc(sizeof(HeapTuple) * n);
+	int			nexisting = 0;
+	FastWrite  *fw = palloc(sizeof(FastWrite));
+	volatile SdpWritePath path = SDP_PATH_UNKNOWN;
+	volatile int64 inserted = 0;
+	volatile bool conflict = false;
+	bool		probe = s->upsert_probe;
+
+	if (s->plan_batches > 0)
+	{
+		s->plan_batches--;
+		return write_with_plan(s, rows, n);
+	}
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(cxt);
+	PG_TRY();
+	{
+		path = fast_write_begin(s, rte, fw, n);
+		if (path == SDP_PATH_MULTI_INSERT)
+		{
+			inserted = fast_write_rows(fw, rows, n, existing, &nexisting);
+			fast_write_end(fw);
+		}
+		ReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+		if (edata->sqlerrcode != ERRCODE_UNIQUE_VIOLATION)
+			ReThrowError(edata);
+		conflict = true;
+	}
+	PG_END_TRY();
+
+	note_write_path(s, path);
+	if (path != SDP_PATH_MULTI_INSERT)
+		return write_with_plan(s, rows, n);
+	if (conflict)
+	{
+		s->upsert_probe = true;
+		s->clean_batches = 0;
+		return write_with_plan(s, rows, n);
+	}
+	if (probe)
+	{
+		s->clean_batches = nexisting > 0 ? 0 : s->clean_batches + 1;
+		if (s->clean_batches >= SDP_UPSERT_CLEAN_BATCHES)
+			s->upsert_probe = false;
+		if (n >= 10 && nexisting * 10 >= n * 9)
+			s->plan_batches = SDP_UPSERT_PLAN_BATCHES;
+	}
+	return inserted + write_with_plan(s, existing, nexisting);
+}
+
 /* Write rows (of row_desc) into the target; returns the rows inserted or updated. */
 int64
 sdp_sink_write(SdpSink *s, HeapTuple *rows, int n)
 {
-	MemoryContext cxt = CurrentMemoryContext;
-	int			rc;
+	RangeTblEntry *rte;
+	FastWrite	fw;
+	SdpWritePath path;
 	int64		written;
 
 	if (n == 0)
@@ -316,12 +976,20 @@ sdp_sink_write(SdpSink *s, HeapTuple *rows, int n)
 		n = collapse_by_key(s, rows, n, kept);
 		rows = kept;
 	}
-	sdp_register_rows(SDP_OUTPUT_RELATION, s->row_desc, rows, n);
-	rc = SPI_execute_plan(s->plan, NULL, NULL, false, 0);
-	MemoryContextSwitchTo(cxt);
-	if (rc != SPI_OK_INSERT)
-		elog(ERROR, "write into %s returned %s", s->relname, SPI_result_code_string(rc));
-	written = (int64) SPI_processed;
-	sdp_unregister_rows(SDP_OUTPUT_RELATION);
+	rte = plan_target(s);
+	if (rte == NULL)
+	{
+		note_write_path(s, SDP_PATH_UNKNOWN);
+		return write_with_plan(s, rows, n);
+	}
+	if (s->mode == SDP_MODE_UPSERT)
+		return write_upsert(s, rte, rows, n);
+
+	path = fast_write_begin(s, rte, &fw, n);
+	note_write_path(s, path);
+	if (path != SDP_PATH_MULTI_INSERT)
+		return write_with_plan(s, rows, n);
+	written = fast_write_rows(&fw, rows, n, NULL, NULL);
+	fast_write_end(&fw);
 	return written;
 }

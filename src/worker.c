@@ -141,6 +141,9 @@ sdp_flow_worker_main(Datum main_arg)
 		ereport(LOG,
 				(errmsg("sdp flow \"%s\" consuming topic \"%s\" (%d partitions) into %s",
 						w->args.name, w->source.topic, w->npartitions, w->sink.relname)));
+	ereport(LOG,
+			(errmsg("sdp flow \"%s\" writes into %s by %s",
+					w->args.name, w->sink.relname, sdp_sink_path_description(&w->sink))));
 
 	worker_loop(w);
 }
@@ -345,6 +348,7 @@ load_declaration(FlowWorker *w)
 		sdp_sink_prepare(&w->sink, w->target, w->opts.mode, w->transform.result_desc,
 						 w->transform_sql == NULL);
 	sdp_sink_check_privileges(&w->sink, GetUserId());
+	w->sink.flow_name = w->args.name;
 	if (w->transform.plan)
 		SPI_keepplan(w->transform.plan);
 	SPI_keepplan(w->sink.plan);
