@@ -43,7 +43,7 @@ PG_FUNCTION_INFO_V1(sdp_drop_flow);
 PG_FUNCTION_INFO_V1(sdp_skip_message);
 PG_FUNCTION_INFO_V1(sdp_set_flow_workers);
 
-static void check_flow_workers(int workers, const SdpOperator *op);
+static void check_flow_workers(int workers, const SdpOperator *op, const char *flow);
 
 /* A name of a source or flow: 1..63 bytes, so that it fits the flow slots. */
 static char *
@@ -330,7 +330,7 @@ sdp_create_flow(PG_FUNCTION_ARGS)
 				 errhint("Flow options are mode, on_error, workers, checkpoint_interval, state_memory_limit, synchronous_commit, max_batch_rows, max_batch_bytes, max_batch_wait, progress_interval and notify; operators take more.")));
 	}
 
-	check_flow_workers(opts.workers, op);
+	check_flow_workers(opts.workers, op, NULL);
 
 	schema = sdp_parse_input_schema(schema_text);
 
@@ -400,19 +400,32 @@ sdp_create_flow(PG_FUNCTION_ARGS)
 
 /*
  * A flow may have the workers it asks for: ones it can ever get
- * (sdp_check_workers), and one only for a stateful flow, whose operator
- * state one worker owns.
+ * (sdp_check_workers).  A stateful flow's state is owned by Kafka
+ * partition (stateful.c), so with workers > 1 each key must arrive on one
+ * partition: what can be seen here is a window_agg aggregation with no
+ * group_by (one entity fed by every partition), refused; a key that breaks
+ * the rule at run time sets its rows aside.
  */
 static void
-check_flow_workers(int workers, const SdpOperator *op)
+check_flow_workers(int workers, const SdpOperator *op, const char *flow)
 {
-	if (workers > 1 && op != NULL)
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("a flow with operator \"%s\" runs in one worker", op->name),
-				 errdetail("An operator's state is kept by one worker, which must see every row of a key."),
-				 errhint("Declare it without the option \"workers\", or with \"workers\": 1.")));
 	sdp_check_workers(workers);
+	if (workers > 1 && op != NULL && flow != NULL && strcmp(op->name, "window_agg") == 0)
+	{
+		Oid			argtypes[1] = {TEXTOID};
+		Datum		values[1] = {CStringGetTextDatum(flow)};
+
+		catalog_execute("SELECT name FROM sdp.aggregations "
+						" WHERE flow = $1 AND coalesce(cardinality(group_by), 0) = 0 ORDER BY name LIMIT 1",
+						1, argtypes, values, NULL, true);
+		if (SPI_processed > 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+					 errmsg("flow \"%s\" cannot run in %d workers: its aggregation \"%s\" has no group_by",
+							flow, workers, SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1)),
+					 errdetail("An aggregation over the whole stream needs the rows of every partition, and each worker of a stateful flow owns the state of its partitions' keys."),
+					 errhint("Group it by the column the topic is keyed by, or drop it.")));
+	}
 }
 
 /* Set a flow's wanted state (start / stop) by sql, or drop it (sql NULL). */
@@ -636,7 +649,7 @@ sdp_set_flow_workers(PG_FUNCTION_ARGS)
 	opname = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
 	if (opname != NULL)
 		op = sdp_find_operator(opname);
-	check_flow_workers(workers, op);
+	check_flow_workers(workers, op, name);
 	catalog_execute("UPDATE sdp.flows SET options = options || jsonb_build_object('workers', $2) WHERE name = $1",
 					2, argtypes, values, NULL, false);
 	SPI_finish();

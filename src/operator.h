@@ -164,7 +164,8 @@ extern void sdp_reject(SdpOperatorContext *ctx, int32 partition, int64 offset, c
 extern SdpOperatorContext *sdp_operator_create(const SdpOperator *op, const char *flow_name,
 											   Jsonb *options, SdpStateStore *store, TupleDesc rows);
 extern void sdp_operator_bind(SdpOperatorContext *ctx, TupleDesc input, TupleDesc output);
-extern void sdp_operator_handle_rows(SdpOperatorContext *ctx, HeapTuple *rows, int n);
+extern void sdp_operator_handle_rows(SdpOperatorContext *ctx, HeapTuple *rows, const int32 *partitions, int n);
+extern char *sdp_operator_row_key(SdpOperatorContext *ctx, HeapTuple row);
 extern void sdp_operator_fire_timers(SdpOperatorContext *ctx);
 extern TimestampTz sdp_operator_next_timer(SdpOperatorContext *ctx, SdpTimeKind kind);
 
