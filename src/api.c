@@ -44,6 +44,7 @@ PG_FUNCTION_INFO_V1(sdp_skip_message);
 PG_FUNCTION_INFO_V1(sdp_set_flow_workers);
 
 static void check_flow_workers(int workers, const SdpOperator *op, const char *flow);
+static void check_constant_key(SdpTransform *t, Jsonb *options, const char *flow, int workers);
 
 /* A name of a source or flow: 1..63 bytes, so that it fits the flow slots. */
 static char *
@@ -351,6 +352,7 @@ sdp_create_flow(PG_FUNCTION_ARGS)
 		char	   *event_time = sdp_operator_option(opts.operator_options, "event_time");
 
 		write_desc = op->validate(transform.result_desc, opts.operator_options, rel, &opts);
+		check_constant_key(&transform, opts.operator_options, name, opts.workers);
 		/* the watermark is taken from the input, before any transform */
 		if (event_time)
 		{
@@ -426,6 +428,24 @@ check_flow_workers(int workers, const SdpOperator *op, const char *flow)
 					 errdetail("An aggregation over the whole stream needs the rows of every partition, and each worker of a stateful flow owns the state of its partitions' keys."),
 					 errhint("Group it by the column the topic is keyed by, or drop it.")));
 	}
+}
+
+/*
+ * With workers > 1, an operator key (option "key") that the transform makes
+ * a constant gives every row one key, from every partition: refused.
+ */
+static void
+check_constant_key(SdpTransform *t, Jsonb *options, const char *flow, int workers)
+{
+	char	   *key = sdp_operator_option(options, "key");
+
+	if (workers > 1 && key != NULL && sdp_transform_column_is_constant(t, key))
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("flow \"%s\" cannot run in %d workers: its operator's key column \"%s\" is a constant",
+						flow, workers, key),
+				 errdetail("Every row has the same key, so rows of every partition feed one key, and each worker of a stateful flow owns the state of its partitions' keys."),
+				 errhint("Key the operator by the column the topic is keyed by (e.g. the transform passes kafka_key through), or run the flow in one worker.")));
 }
 
 /* Set a flow's wanted state (start / stop) by sql, or drop it (sql NULL). */
@@ -641,7 +661,8 @@ sdp_set_flow_workers(PG_FUNCTION_ARGS)
 	sdp_check_owner(owner, owner_name, "flow", name);
 	values[0] = CStringGetTextDatum(name);
 	values[1] = Int32GetDatum(workers);
-	catalog_execute("SELECT operator FROM sdp.flows WHERE name = $1 FOR UPDATE", 1, argtypes, values, NULL, false);
+	catalog_execute("SELECT operator, schema, transform, options FROM sdp.flows WHERE name = $1 FOR UPDATE",
+					1, argtypes, values, NULL, false);
 	if (SPI_processed == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
@@ -649,6 +670,20 @@ sdp_set_flow_workers(PG_FUNCTION_ARGS)
 	opname = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
 	if (opname != NULL)
 		op = sdp_find_operator(opname);
+	if (op != NULL && workers > 1)
+	{
+		char	   *schema_text = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
+		char	   *transform_sql = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3);
+		bool		isnull;
+		Jsonb	   *options = DatumGetJsonbPCopy(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 4, &isnull));
+		SdpTransform transform;
+
+		/* the transform as its worker prepares it, to see its key column */
+		PushActiveSnapshot(GetTransactionSnapshot());
+		sdp_transform_prepare(&transform, sdp_parse_input_schema(schema_text), transform_sql);
+		PopActiveSnapshot();
+		check_constant_key(&transform, isnull ? NULL : options, name, workers);
+	}
 	check_flow_workers(workers, op, name);
 	catalog_execute("UPDATE sdp.flows SET options = options || jsonb_build_object('workers', $2) WHERE name = $1",
 					2, argtypes, values, NULL, false);

@@ -70,6 +70,16 @@ SQL
 isnt($ret, 0, 'so is 2 workers for a flow that has one');
 like($err, qr/flow "whole" cannot run in 2 workers: its aggregation "all_1m" has no group_by/, '... saying why');
 SdpTest::query($node, "SELECT sdp_drop_flow('whole')");
+SdpTest::query($node, <<"SQL");
+CREATE TABLE zone_counts (zone text PRIMARY KEY, active_count bigint, over_capacity boolean, updated_at timestamptz);
+SELECT sdp_create_flow('zonec', source => 'payments', target => 'zone_counts', schema => '$schema',
+  transform => \$\$SELECT 'z' AS zone, merchant_id FROM input\$\$, operator => 'active_count',
+  options => '{"key": "zone", "member": "merchant_id", "capacity": 5}');
+SQL
+($ret, $out, $err) = $node->psql('postgres', "SELECT sdp_set_flow_workers('zonec', 2)");
+isnt($ret, 0, 'an operator keyed by a constant cannot have 2 workers');
+like($err, qr/flow "zonec" cannot run in 2 workers: its operator's key column "zone" is a constant/, '... saying why');
+SdpTest::query($node, "SELECT sdp_drop_flow('zonec')");
 
 ok(SdpTest::wait_for($node,
 		"SELECT count(*) = 6 FROM sdp.flow_workers WHERE flow IN ('pay_all', 'pay_w2', 'pay_change', 'pay_active') AND state = 'running'"),
