@@ -39,6 +39,8 @@ COMMENT ON FUNCTION sdp_set_flow_workers(text, integer) IS
 -- that had it at its last checkpoint; a worker restarts from the least of
 -- its partitions'.  Both are nullable columns without defaults: adding them
 -- rewrites nothing, and workers of 0.2 that run meanwhile name their
--- columns and do not see them.
-ALTER TABLE sdp.state_checkpoints ADD COLUMN partition integer;
+-- columns and do not see them.  sdp.offsets first: a checkpoint locks it
+-- before sdp.state_checkpoints, and the update must take them in that order
+-- too, or it could deadlock with a running stateful flow.
 ALTER TABLE sdp.offsets ADD COLUMN watermark timestamptz;
+ALTER TABLE sdp.state_checkpoints ADD COLUMN partition integer;

@@ -216,8 +216,8 @@ sibling_store(FlowWorker *w, int k)
 	{
 		SdpFlowSlot *slot = &SdpShmem->slots[s];
 
-		if (slot->worker_no != k)
-			continue;
+		if (slot->worker_no != k || slot->nworkers != w->args.nworkers)
+			continue;			/* not a worker of this generation's division */
 		SpinLockAcquire(&slot->mutex);
 		area = (dsa_handle) slot->state_area;
 		table = (dshash_table_handle) slot->state_table;
