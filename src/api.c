@@ -683,6 +683,26 @@ sdp_set_flow_workers(PG_FUNCTION_ARGS)
 		sdp_transform_prepare(&transform, sdp_parse_input_schema(schema_text), transform_sql);
 		PopActiveSnapshot();
 		check_constant_key(&transform, isnull ? NULL : options, name, workers);
+
+		/*
+		 * Keys checkpointed before 0.3 have no partition: only one worker
+		 * can hold them (they take the partition of their next row).
+		 */
+		if (get_attnum(get_relname_relid("state_checkpoints", get_namespace_oid("sdp", false)),
+					   "partition") != InvalidAttrNumber)
+		{
+			catalog_execute("SELECT count(*) FROM sdp.state_checkpoints c JOIN sdp.flows f ON f.id = c.flow_id "
+							" WHERE f.name = $1 AND c.partition IS NULL",
+							1, argtypes, values, NULL, true);
+			if (DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)) > 0)
+				ereport(ERROR,
+						(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+						 errmsg("flow \"%s\" cannot run in %d workers yet: its state has keys checkpointed before 0.3, without their partition",
+								name, workers),
+						 errdetail("Keys without a partition: %s. Each worker restores the keys of its own partitions; a key takes the partition of its next row.",
+								   SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1)),
+						 errhint("Run it in one worker until no key of sdp.state_checkpoints has partition NULL, then change its workers.")));
+		}
 	}
 	check_flow_workers(workers, op, name);
 	catalog_execute("UPDATE sdp.flows SET options = options || jsonb_build_object('workers', $2) WHERE name = $1",

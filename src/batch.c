@@ -252,10 +252,12 @@ transform_and_write(void *arg, int lo, int hi)
 
 /*
  * A stateful flow: transform input rows [lo, hi) and check them for the
- * operator; collect the output.  The rows are in partition order
- * (sort_rows_by_partition) and the transform runs over each partition's
- * rows apart (it works row by row: api.c), so that each output row has its
- * partition, which owns the keys it creates (sdp_stateful_check_rows).
+ * operator; collect the output, and each output row's partition, which
+ * owns the keys it creates (sdp_stateful_check_rows).  When the operator's
+ * rows carry their partition (window_agg over rows that have
+ * kafka_partition) the transform runs once; otherwise the rows are in
+ * partition order (sort_rows_by_partition) and it runs over each
+ * partition's rows apart (it works row by row: api.c).
  */
 static void
 transform_for_operator(void *arg, int lo, int hi)
@@ -266,7 +268,15 @@ transform_for_operator(void *arg, int lo, int hi)
 	int			nall = 0;
 
 	r->stage = "transform";
-	for (int start = lo; start < hi;)
+	if (r->w->opctx->partition_index >= 0)
+	{
+		/* the operator's rows say their partition: one run */
+		nall = sdp_transform_run(&r->w->transform, r->b->rows + lo, hi - lo, &all);
+		parts = palloc(sizeof(int32) * (nall + 1));
+		for (int i = 0; i < nall; i++)
+			parts[i] = sdp_operator_row_partition(r->w->opctx, all[i]);
+	}
+	for (int start = r->w->opctx->partition_index >= 0 ? hi : lo; start < hi;)
 	{
 		int32		p = r->b->msgs[r->b->row_msg[start]]->partition;
 		int			end = start + 1;
@@ -544,7 +554,8 @@ stage_stateful(FlowWorker *w, Batch *b, bool isolate, char **fail_message)
 
 	r.rows = palloc(sizeof(HeapTuple));
 	r.parts = palloc(sizeof(int32));
-	sort_rows_by_partition(b);
+	if (w->opctx->partition_index < 0)
+		sort_rows_by_partition(b);
 	sdp_stateful_begin_attempt(w);
 	if (!isolate)
 		transform_for_operator(&r, 0, b->nrows);

@@ -296,6 +296,10 @@ sdp_operator_bind(SdpOperatorContext *ctx, TupleDesc input, TupleDesc output)
 	ctx->input_desc = CreateTupleDescCopy(input);
 	ctx->output_desc = CreateTupleDescCopy(output);
 	ctx->key_index = sdp_operator_column(ctx->input_desc, ctx->key_column, "key", true);
+	ctx->partition_index = ctx->partition_column
+		? sdp_operator_column(ctx->input_desc, ctx->partition_column, "partition", false) : -1;
+	if (ctx->partition_index >= 0 && TupleDescAttr(ctx->input_desc, ctx->partition_index)->atttypid != INT4OID)
+		ctx->partition_index = -1;
 	getTypeOutputInfo(TupleDescAttr(ctx->input_desc, ctx->key_index)->atttypid, &typout, &varlena);
 	fmgr_info(typout, &ctx->key_out);
 	MemoryContextSwitchTo(old);
@@ -378,6 +382,19 @@ typedef struct KeyGroup
 	int			cap;
 	HeapTuple  *rows;
 } KeyGroup;
+
+/* A row's Kafka partition from the operator's partition column, -1 when it has none. */
+int32
+sdp_operator_row_partition(SdpOperatorContext *ctx, HeapTuple row)
+{
+	bool		isnull;
+	Datum		d;
+
+	if (ctx->partition_index < 0)
+		return -1;
+	d = heap_getattr(row, ctx->partition_index + 1, ctx->input_desc, &isnull);
+	return isnull ? -1 : DatumGetInt32(d);
+}
 
 /* A row's key in its text form (the state store's key), or NULL when the key is NULL. */
 char *

@@ -292,8 +292,8 @@ check_ownership(FlowWorker *w, HeapTuple *rows, const int32 *partitions, int n)
 		bool		found;
 		int32		owner = -1;
 
-		if (text == NULL)
-			continue;
+		if (text == NULL || partitions[i] < 0)
+			continue;			/* no key, or no partition known: nothing to own */
 		memset(buf, 0, sizeof(buf));
 		strlcpy(buf, text, sizeof(buf));
 		pfree(text);

@@ -3,8 +3,10 @@
 # window_agg flow grouped by the Kafka key in 2 workers lives through a
 # SIGKILL of the postmaster, and another goes from 1 to 3 workers
 # mid-stream; both end with exactly the windows a SQL GROUP BY over the same
-# events gives.  An active_count flow keyed by the Kafka key runs in 2
-# workers.  A key that arrives on two partitions (of one worker, or of two)
+# events gives (pay_w2's rows carry their partition; pay_change's
+# transform drops it, so its workers run the transform per partition).  An
+# active_count flow keyed by the Kafka key runs in 2 workers; an operator
+# keyed by a constant is refused several workers.  A key that arrives on two partitions (of one worker, or of two)
 # has its later rows set aside at stage 'transform' with the reason, and its
 # state stays that of the first partition; sdp_flow_state shows every
 # worker's keys.  What can be seen at declaration is refused: an aggregation
@@ -45,6 +47,7 @@ SELECT sdp_create_flow('pay_all', 'payments', 'payments_all', '$schema');
 SELECT sdp_create_flow('pay_w2', source => 'payments', target => 'windows_w2', schema => '$schema',
   operator => 'window_agg', options => '{$wopts, "workers": 2}');
 SELECT sdp_create_flow('pay_change', source => 'payments', target => 'windows_change', schema => '$schema',
+  transform => 'SELECT kafka_key, method, status, amount, event_ts FROM input',
   operator => 'window_agg', options => '{$wopts}');
 SELECT sdp_load_aggregations('pay_w2', \$\$$aggs\$\$);
 SELECT sdp_load_aggregations('pay_change', \$\$$aggs\$\$);
@@ -211,5 +214,19 @@ ok(SdpTest::wait_for($node, "SELECT count(*) = 2 FROM owned_windows"), 'the wind
 is(SdpTest::query($node, "SELECT string_agg(emission_id || '=' || value, ' ' ORDER BY emission_id) FROM owned_windows"),
 	'n_1h/ok/2026-01-01T10:00:00Z=3 n_1h/xk/2026-01-01T10:00:00Z=3',
 	'xk counts the rows of partition 1 only, ok all of its own');
+
+# A key checkpointed before 0.3 has no partition: only one worker may hold it.
+SdpTest::query($node, "SELECT sdp_stop_flow('pay_active')");
+ok(SdpTest::wait_for($node, "SELECT count(*) = 0 FROM sdp.flow_workers WHERE flow = 'pay_active' AND pid IS NOT NULL"),
+	'pay_active stopped');
+SdpTest::query($node, <<'SQL');
+UPDATE sdp.state_checkpoints c SET partition = NULL FROM sdp.flows f
+ WHERE f.id = c.flow_id AND f.name = 'pay_active' AND c.key = 'w3'
+SQL
+($ret, $out, $err) = $node->psql('postgres', "SELECT sdp_set_flow_workers('pay_active', 3)");
+like($err, qr/flow "pay_active" cannot run in 3 workers yet: its state has keys checkpointed before 0.3, without their partition/,
+	'a state checkpointed without partitions keeps the flow at one worker');
+SdpTest::query($node, "SELECT sdp_set_flow_workers('pay_active', 1)");
+is(SdpTest::query($node, "SELECT options->>'workers' FROM sdp.flows WHERE name = 'pay_active'"), '1', 'one is fine');
 
 done_testing();
