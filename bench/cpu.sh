@@ -1,0 +1,171 @@
+#!/usr/bin/env bash
+# bench/cpu.sh: CPU time per 1,000 events of a flow's workers beside COPY's
+# CPU time per 1,000 rows, and drain rates with 1, 2 and 4 workers.
+#
+# CPU time (user + system, from /proc/PID/stat) is the figure that holds on a
+# shared, noisy machine: a rate moves with whatever else runs, the CPU a
+# process spends on the same work much less.  Each case drains a backlog
+# produced beforehand (flat out, so in large record batches) into a fresh
+# target, timed from the flow's first message read to its last; then the
+# very rows it wrote are COPYed (server-side, from a CSV file) into the same
+# table, emptied, with the CPU of the COPY backend measured the same way.
+#
+#   append     the enrich flow of examples/flights.sql (JSON decode, the SQL
+#              transform with the zone lookup) into an unindexed copy of
+#              positions; every event a new aircraft
+#   upsert     the same into a copy of positions with its primary key
+#   window_agg payment events, 5 aggregations per merchant (count, sum, avg,
+#              ratio, approx_distinct) over 10,000 merchants, 1-minute
+#              windows; beside it COPY of the same events into a plain table
+#   workers    the append case over 8 partitions with workers = 1, 2 and 4:
+#              drain rate, and CPU per 1,000 events summed over the workers
+#
+# Usage: bash bench/cpu.sh [EVENTS] [RUNS]   (default 200000 events, 3 runs;
+#        the median of the runs is printed).  It installs the current tree
+#        into Debian's PostgreSQL, starts its own server (port 5493) and
+#        broker, and leaves nothing running.  Nothing is asserted.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/common.sh
+
+n=${1:-200000}; runs=${2:-3}
+port=${BENCH_PORT:-5493}
+sdp_install_packages bc
+sdp_build_install
+ticks=$(getconf CLK_TCK)
+
+dir=$(mktemp -d /tmp/sdp_cpu.XXXXXX)
+sdp_as_root chown postgres:postgres "$dir"
+pids=()
+cleanup() {
+  set +e
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
+  wait 2>/dev/null
+  [ -f "$dir/pg/postmaster.pid" ] && sdp_as_postgres pg_ctl -D "$dir/pg" -m fast stop >/dev/null 2>&1
+  sdp_as_root rm -rf "$dir"
+}
+trap cleanup EXIT
+
+sdp_as_postgres initdb -D "$dir/pg" -A trust -U postgres >/dev/null
+cat >> "$dir/pg/postgresql.conf" <<CONF
+shared_preload_libraries = 'sdp_ext'
+sdp.database = 'postgres'
+port = $port
+listen_addresses = ''
+unix_socket_directories = '$dir'
+shared_buffers = '512MB'
+max_wal_size = '8GB'
+checkpoint_timeout = '30min'
+max_worker_processes = 16
+CONF
+sdp_as_postgres pg_ctl -D "$dir/pg" -l "$dir/postgres.log" -w start >/dev/null
+sql() { sdp_as_postgres psql -X -q -At -h "$dir" -p "$port" -U postgres -d postgres "$@"; }
+median() { tr ' ' '\n' | grep -v '^$' | sort -n | awk '{v[NR]=$1} END {print (NR % 2) ? v[(NR+1)/2] : (v[NR/2] + v[NR/2+1]) / 2}'; }
+
+tools/sdp_broker --topic pos:8 --topic pay:8 --addr-file "$dir/broker.addr" --quiet > "$dir/broker.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 100); do [ -s "$dir/broker.addr" ] && break; sleep 0.1; done
+boot=$(cat "$dir/broker.addr")
+tools/flight_sim --bootstrap "$boot" --topic pos --aircraft "$n" --count "$n" --rate 0 --quiet > /dev/null
+tools/payment_sim --bootstrap "$boot" --topic pay --merchants 10000 --count "$n" --rate 0 --event-time step:1 --quiet > /dev/null
+
+sql -c 'CREATE EXTENSION sdp_ext'
+sed -n '/^CREATE TABLE zones/,/^SELECT sdp_create_source/p' examples/flights.sql | sed '$d' | sql >/dev/null
+transform=$(sed -n '/^  transform => \$\$$/,/\$\$,$/p' examples/flights.sql | sed '1s/^  transform => \$\$//; $s/\$\$,$//')
+sql >/dev/null <<SQL
+SELECT sdp_create_source('pos', '$boot', 'pos', '{"starting_offsets": "earliest"}');
+SELECT sdp_create_source('pay', '$boot', 'pay', '{"starting_offsets": "earliest"}');
+SQL
+pos_schema='icao24 text, callsign text, lat float8, lon float8, baro_alt float8, vert_rate float8, squawk text, velocity float8, heading float8, poller_ts timestamptz'
+
+# drain FLOW: waits for its last message; prints "seconds ticks" (CPU of every worker of the flow)
+drain() {
+  local flow=$1 t0 t1 t
+  until [ "$(sql -c "SELECT coalesce(messages_read, 0) > 0 FROM sdp.flow_status WHERE flow = '$flow'")" = t ]; do sleep 0.01; done
+  t0=$(date +%s.%N)
+  until [ "$(sql -c "SELECT coalesce(messages_read, 0) >= $n FROM sdp.flow_status WHERE flow = '$flow'")" = t ]; do
+    [ "$(sql -c "SELECT state FROM sdp.flow_status WHERE flow = '$flow'")" = failed ] && { echo "flow $flow failed" >&2; exit 1; }
+    sleep 0.01
+  done
+  t1=$(date +%s.%N)
+  t=0
+  for pid in $(sql -c "SELECT pid FROM sdp.flow_workers WHERE flow = '$flow' AND pid IS NOT NULL"); do
+    t=$((t + $(awk '{print $14 + $15}' "/proc/$pid/stat")))
+  done
+  echo "$(echo "$t1 - $t0" | bc -l) $t"
+}
+# copy_cpu TABLE: COPY the table's rows back into it, emptied; prints us of CPU per 1,000 rows
+copy_cpu() {
+  local out c0 c1 rows
+  sql -c "COPY $1 TO '$dir/rows.csv' (FORMAT csv)"
+  rows=$(sql -c "SELECT count(*) FROM $1")
+  sql -c "TRUNCATE $1; CHECKPOINT"
+  out=$(sql <<SQL
+SELECT pg_backend_pid() AS bpid \gset
+\setenv BPID :bpid
+\! awk '{print \$14 + \$15}' /proc/\$BPID/stat
+COPY $1 FROM '$dir/rows.csv' (FORMAT csv);
+\! awk '{print \$14 + \$15}' /proc/\$BPID/stat
+SQL
+)
+  c0=$(echo "$out" | sed -n 1p); c1=$(echo "$out" | sed -n 2p)
+  echo "($c1 - $c0) * 1000000 / $ticks / $rows" | bc -l
+}
+
+declare -A cpu rate copy
+run_case() {  # label create-sql target copy-table: the flow named label drains the backlog, runs times
+  local label=$1 create=$2 target=$3 copytable=$4 res secs t
+  for i in $(seq "$runs"); do
+    sql -c "DROP TABLE IF EXISTS $target" >/dev/null 2>&1
+    sql >/dev/null <<<"$create"
+    res=$(drain "$label"); secs=${res% *}; t=${res#* }
+    cpu[$label]="${cpu[$label]:-} $(echo "$t * 1000000 / $ticks / $n" | bc -l)"
+    rate[$label]="${rate[$label]:-} $(echo "$n / $secs" | bc -l)"
+    sql -c "SELECT sdp_drop_flow('$label')" >/dev/null
+    sleep 1
+    copy[$label]="${copy[$label]:-} $(copy_cpu "$copytable")"
+  done
+}
+
+enrich() {  # flow table like mode workers
+  cat <<SQL
+CREATE TABLE $2 (LIKE positions $3);
+SELECT sdp_create_flow('$1', source => 'pos', target => '$2', schema => '$pos_schema',
+  transform => \$t\$ ${transform//positions/$2} \$t\$, options => '{"mode": "$4", "workers": $5}');
+SQL
+}
+run_case append "$(enrich append pos_append 'INCLUDING DEFAULTS' append 1)" pos_append pos_append
+run_case upsert "$(enrich upsert pos_upsert 'INCLUDING ALL' upsert 1)" pos_upsert pos_upsert
+run_case workers2 "$(enrich workers2 pos_w2 'INCLUDING DEFAULTS' append 2)" pos_w2 pos_w2
+run_case workers4 "$(enrich workers4 pos_w4 'INCLUDING DEFAULTS' append 4)" pos_w4 pos_w4
+
+# window_agg; COPY's reference: the same payment events into a plain table (written once by a stateless flow)
+pay_schema='merchant_id text, country text, method text, status text, amount numeric, event_ts timestamptz'
+sql >/dev/null <<SQL
+CREATE TABLE pay_events (merchant_id text, country text, method text, status text, amount numeric, event_ts timestamptz);
+SELECT sdp_create_flow('pay_raw', source => 'pay', target => 'pay_events', schema => '$pay_schema');
+SQL
+drain pay_raw >/dev/null
+sql -c "SELECT sdp_drop_flow('pay_raw')" >/dev/null
+agg() {  # name operation [more]
+  printf '{"name": "%s", "group_by": ["merchant_id"%s], "operation": "%s", %s "window_size": "1 minute"}' "$1" "${4:-}" "$2" "$3"
+}
+aggs="[$(agg payments count ''), $(agg approved_volume sum '"value": "amount", "filter": "status = '"'"'approved'"'"'",' ', "country"'),
+ $(agg avg_ticket avg '"value": "amount",'), $(agg rejection_ratio ratio '"filter": "status = '"'"'rejected'"'"'", "denominator_filter": "true",'),
+ $(agg countries approx_distinct '"value": "country",')]"
+run_case window_agg "SELECT sdp_create_window_table('pay_windows');
+SELECT sdp_create_flow('window_agg', source => 'pay', target => 'pay_windows', schema => '$pay_schema',
+  operator => 'window_agg', options => '{\"event_time\": \"event_ts\", \"idle_timeout\": \"2 seconds\"}');
+SELECT sdp_load_aggregations('window_agg', \$a\$$aggs\$a\$);" pay_windows pay_events
+
+echo "CPU time (user + system) per 1,000 events of the flow's workers, beside COPY's backend per 1,000 rows of the same rows"
+echo "($n events, 8 partitions, medians of $runs runs; drain rate from the first message read to the last)"
+printf '  %-34s %12s %12s %8s %12s\n' case "flow ms/1k" "COPY ms/1k" ratio "events/s"
+for c in append upsert window_agg workers2 workers4; do
+  f=$(echo "${cpu[$c]}" | median); k=$(echo "${copy[$c]}" | median); r=$(echo "${rate[$c]}" | median)
+  case $c in
+    append) l="append, unindexed, 1 worker";; upsert) l="upsert, primary key, 1 worker";;
+    window_agg) l="window_agg, 5 aggregations";; workers2) l="append, unindexed, 2 workers";; workers4) l="append, unindexed, 4 workers";;
+  esac
+  printf '  %-34s %12.1f %12.1f %8.2f %12.0f\n' "$l" "$f" "$k" "$(echo "$f / $k" | bc -l)" "$r"
+done
