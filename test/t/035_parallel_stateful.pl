@@ -159,6 +159,20 @@ SELECT string_agg(coalesce(e.emission_id, w.emission_id) || ' expected ' || coal
  WHERE e.value IS DISTINCT FROM w.value OR e.row_count IS DISTINCT FROM w.row_count
 SQL
 }
+for my $f ([ 'pay_w2', 2 ], [ 'pay_change', 3 ])
+{
+	my ($flow, $n) = @$f;
+	ok(SdpTest::wait_for($node, <<"SQL"), "$flow: each worker checkpoints the highest event time of its own partitions, and its one watermark on each");
+SELECT count(*) = 8 AND bool_and(o.max_event_time = m.t)
+   AND (SELECT bool_and(n = 1) FROM (SELECT count(DISTINCT watermark) AS n FROM sdp.offsets o2
+                                      WHERE o2.flow_id = f.id AND o2.watermark IS NOT NULL GROUP BY o2.partition % $n) w)
+   AND (SELECT count(*) = 8 FROM sdp.offsets o3 WHERE o3.flow_id = f.id AND o3.watermark IS NOT NULL)
+  FROM sdp.offsets o JOIN sdp.flows f ON f.id = o.flow_id
+  JOIN (SELECT kafka_partition, max(event_ts) AS t FROM payments_all GROUP BY kafka_partition) m ON m.kafka_partition = o.partition
+ WHERE f.name = '$flow'
+ GROUP BY f.id
+SQL
+}
 is(SdpTest::query($node, "SELECT count(*) FROM sdp.dead_letters WHERE flow IN ('pay_w2', 'pay_change', 'pay_active')"),
 	'0', 'nothing set aside: every key arrives on one partition');
 is(SdpTest::query($node, <<'SQL'), '', 'active_count in 2 workers: the distinct methods of every merchant');
