@@ -230,6 +230,15 @@ read_flows(int *nflows)
 	bool		overflow;
 
 	*nflows = 0;
+
+	/*
+	 * Lock the catalogs before taking the snapshot they are read with: an
+	 * update that rewrites one (ALTER TABLE ... TYPE, as sdp_ext--0.1--0.2.sql
+	 * does) gives every row its own transaction id, which a snapshot taken
+	 * while it ran would not see: no flow at all, and every worker stopped.
+	 */
+	(void) RangeVarGetRelid(makeRangeVar(SDP_SCHEMA, "flows", -1), AccessShareLock, true);
+	(void) RangeVarGetRelid(makeRangeVar(SDP_SCHEMA, "sources", -1), AccessShareLock, true);
 	SPI_connect();
 	PushActiveSnapshot(GetTransactionSnapshot());
 	sdp_catalog_enter(&scope);

@@ -80,7 +80,7 @@ sub as_role
 produce('stuck', 0 .. 4);
 ok(SdpTest::wait_consumed($node, 'stuck', 5), '0.1: the flow consumed messages 0..4');
 my $pids = SdpTest::query($node, "SELECT string_agg(pid::text, ',' ORDER BY flow) FROM sdp.flow_status");
-SdpTest::query($node, 'ALTER EXTENSION sdp_ext UPDATE');
+SdpTest::query($node, "ALTER EXTENSION sdp_ext UPDATE TO '0.2'");
 is(SdpTest::query($node, "SELECT extversion FROM pg_extension WHERE extname = 'sdp_ext'"), '0.2', 'updated to 0.2');
 
 # 2. Refusals.

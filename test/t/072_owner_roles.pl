@@ -171,12 +171,12 @@ SdpTest::query($node, "UPDATE sdp.flows SET owner = 'ghost'");
 ok(SdpTest::wait_for($node, "SELECT state = 'restarting' AND last_error LIKE 'the flow''s owner \"ghost\" does not exist%' FROM sdp.flow_status"),
 	'0.1: a flow whose owner is gone is not run, and says why');
 is(SdpTest::query($node, "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'sdp flow'"), '0', 'no worker runs it');
-($ret, $err) = psql_err('postgres', 'ALTER EXTENSION sdp_ext UPDATE');
+($ret, $err) = psql_err('postgres', "ALTER EXTENSION sdp_ext UPDATE TO '0.2'");
 like($err, qr/ERROR:  42704: cannot update sdp_ext to 0.2: some sources, flows or dead letters belong to roles that no longer exist\nDETAIL:  Without an owner: flow "gina_flow" \(role "ghost"\)\.\nHINT:  Create those roles again/,
 	'the update to 0.2 stops and names the flow without an owner');
 is(SdpTest::query($node, "SELECT extversion FROM pg_extension WHERE extname = 'sdp_ext'"), '0.1', 'still 0.1');
 SdpTest::query($node, "SELECT sdp_drop_flow('gina_flow')");
-SdpTest::query($node, 'ALTER EXTENSION sdp_ext UPDATE');
+SdpTest::query($node, "ALTER EXTENSION sdp_ext UPDATE TO '0.2'");
 is(SdpTest::query($node, "SELECT extversion, (SELECT pg_typeof(owner)::text || '|' || owner FROM sdp.sources) FROM pg_extension WHERE extname = 'sdp_ext'"),
 	'0.2|regrole|gina', 'then it updates, and the source\'s owner is the regrole gina');
 
