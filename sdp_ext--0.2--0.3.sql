@@ -30,3 +30,17 @@ CREATE FUNCTION sdp_set_flow_workers(flow text, workers integer)
 RETURNS void LANGUAGE C AS 'MODULE_PATHNAME', 'sdp_set_flow_workers';
 COMMENT ON FUNCTION sdp_set_flow_workers(text, integer) IS
   'run the flow in that many workers (its owner only); they restart from the committed offsets';
+
+-- Stateful flows with several workers: state is owned by Kafka partition.
+-- Each checkpointed key records the partition that owns it (NULL: checkpointed
+-- before 0.3, restored by worker 0), so that a worker restores the keys of
+-- its partitions and a partition's state moves with its offsets when the
+-- flow's workers change.  Each partition records the watermark of the worker
+-- that had it at its last checkpoint; a worker restarts from the least of
+-- its partitions'.  Both are nullable columns without defaults: adding them
+-- rewrites nothing, and workers of 0.2 that run meanwhile name their
+-- columns and do not see them.  sdp.offsets first: a checkpoint locks it
+-- before sdp.state_checkpoints, and the update must take them in that order
+-- too, or it could deadlock with a running stateful flow.
+ALTER TABLE sdp.offsets ADD COLUMN watermark timestamptz;
+ALTER TABLE sdp.state_checkpoints ADD COLUMN partition integer;

@@ -58,6 +58,7 @@ typedef struct AggFlow
 	char	   *schema;
 	char	   *transform;
 	char	   *event_time;
+	int			workers;
 } AggFlow;
 
 static void
@@ -70,7 +71,8 @@ read_flow(const char *flow, AggFlow *f)
 	bool		isnull;
 
 	sdp_catalog_enter(&scope);
-	SPI_execute_with_args(psprintf("SELECT owner::text, operator, schema, transform, options->>'event_time', %s "
+	SPI_execute_with_args(psprintf("SELECT owner::text, operator, schema, transform, options->>'event_time', %s, "
+								   "       coalesce((options->>'workers')::int, 1) "
 								   "FROM sdp.flows WHERE name = $1", sdp_owner_oid_sql("owner")),
 						  1, argtypes, values, NULL, true, 1);
 	sdp_catalog_leave(&scope);
@@ -86,6 +88,7 @@ read_flow(const char *flow, AggFlow *f)
 	f->schema = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3);
 	f->transform = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 4);
 	f->event_time = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 5);
+	f->workers = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 7, &isnull));
 	if (op == NULL || strcmp(op, "window_agg") != 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
@@ -281,6 +284,13 @@ define_aggregation(const char *flow, AggArgs *a, bool replace)
 					(errcode(ERRCODE_UNDEFINED_COLUMN),
 					 errmsg("group_by field \"%s\" is not a column of flow \"%s\"", d->group_by[g], flow)));
 	}
+	/* one entity over the whole stream takes rows from every partition: state one worker cannot own */
+	if (ng == 0 && f.workers > 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("aggregation \"%s\" has no group_by, and flow \"%s\" runs in %d workers", d->name, flow, f.workers),
+				 errdetail("An aggregation over the whole stream needs the rows of every partition, and each worker of a stateful flow owns the state of its partitions' keys."),
+				 errhint("Group it by the column the topic is keyed by, or run the flow in one worker: sdp_set_flow_workers('%s', 1).", flow)));
 	d->value = a->value;
 	if (d->op == AGG_SUM || d->op == AGG_AVG || d->op == AGG_APPROX_DISTINCT)
 	{

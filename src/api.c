@@ -43,7 +43,8 @@ PG_FUNCTION_INFO_V1(sdp_drop_flow);
 PG_FUNCTION_INFO_V1(sdp_skip_message);
 PG_FUNCTION_INFO_V1(sdp_set_flow_workers);
 
-static void check_flow_workers(int workers, const SdpOperator *op);
+static void check_flow_workers(int workers, const SdpOperator *op, const char *flow);
+static void check_constant_key(SdpTransform *t, Jsonb *options, const char *flow, int workers);
 
 /* A name of a source or flow: 1..63 bytes, so that it fits the flow slots. */
 static char *
@@ -330,7 +331,7 @@ sdp_create_flow(PG_FUNCTION_ARGS)
 				 errhint("Flow options are mode, on_error, workers, checkpoint_interval, state_memory_limit, synchronous_commit, max_batch_rows, max_batch_bytes, max_batch_wait, progress_interval and notify; operators take more.")));
 	}
 
-	check_flow_workers(opts.workers, op);
+	check_flow_workers(opts.workers, op, NULL);
 
 	schema = sdp_parse_input_schema(schema_text);
 
@@ -351,6 +352,7 @@ sdp_create_flow(PG_FUNCTION_ARGS)
 		char	   *event_time = sdp_operator_option(opts.operator_options, "event_time");
 
 		write_desc = op->validate(transform.result_desc, opts.operator_options, rel, &opts);
+		check_constant_key(&transform, opts.operator_options, name, opts.workers);
 		/* the watermark is taken from the input, before any transform */
 		if (event_time)
 		{
@@ -400,19 +402,50 @@ sdp_create_flow(PG_FUNCTION_ARGS)
 
 /*
  * A flow may have the workers it asks for: ones it can ever get
- * (sdp_check_workers), and one only for a stateful flow, whose operator
- * state one worker owns.
+ * (sdp_check_workers).  A stateful flow's state is owned by Kafka
+ * partition (stateful.c), so with workers > 1 each key must arrive on one
+ * partition: what can be seen here is a window_agg aggregation with no
+ * group_by (one entity fed by every partition), refused; a key that breaks
+ * the rule at run time sets its rows aside.
  */
 static void
-check_flow_workers(int workers, const SdpOperator *op)
+check_flow_workers(int workers, const SdpOperator *op, const char *flow)
 {
-	if (workers > 1 && op != NULL)
+	sdp_check_workers(workers);
+	if (workers > 1 && op != NULL && flow != NULL && strcmp(op->name, "window_agg") == 0)
+	{
+		Oid			argtypes[1] = {TEXTOID};
+		Datum		values[1] = {CStringGetTextDatum(flow)};
+
+		catalog_execute("SELECT name FROM sdp.aggregations "
+						" WHERE flow = $1 AND coalesce(cardinality(group_by), 0) = 0 ORDER BY name LIMIT 1",
+						1, argtypes, values, NULL, true);
+		if (SPI_processed > 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+					 errmsg("flow \"%s\" cannot run in %d workers: its aggregation \"%s\" has no group_by",
+							flow, workers, SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1)),
+					 errdetail("An aggregation over the whole stream needs the rows of every partition, and each worker of a stateful flow owns the state of its partitions' keys."),
+					 errhint("Group it by the column the topic is keyed by, or drop it.")));
+	}
+}
+
+/*
+ * With workers > 1, an operator key (option "key") that the transform makes
+ * a constant gives every row one key, from every partition: refused.
+ */
+static void
+check_constant_key(SdpTransform *t, Jsonb *options, const char *flow, int workers)
+{
+	char	   *key = sdp_operator_option(options, "key");
+
+	if (workers > 1 && key != NULL && sdp_transform_column_is_constant(t, key))
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("a flow with operator \"%s\" runs in one worker", op->name),
-				 errdetail("An operator's state is kept by one worker, which must see every row of a key."),
-				 errhint("Declare it without the option \"workers\", or with \"workers\": 1.")));
-	sdp_check_workers(workers);
+				 errmsg("flow \"%s\" cannot run in %d workers: its operator's key column \"%s\" is a constant",
+						flow, workers, key),
+				 errdetail("Every row has the same key, so rows of every partition feed one key, and each worker of a stateful flow owns the state of its partitions' keys."),
+				 errhint("Key the operator by the column the topic is keyed by (e.g. the transform passes kafka_key through), or run the flow in one worker.")));
 }
 
 /* Set a flow's wanted state (start / stop) by sql, or drop it (sql NULL). */
@@ -628,7 +661,8 @@ sdp_set_flow_workers(PG_FUNCTION_ARGS)
 	sdp_check_owner(owner, owner_name, "flow", name);
 	values[0] = CStringGetTextDatum(name);
 	values[1] = Int32GetDatum(workers);
-	catalog_execute("SELECT operator FROM sdp.flows WHERE name = $1 FOR UPDATE", 1, argtypes, values, NULL, false);
+	catalog_execute("SELECT operator, schema, transform, options FROM sdp.flows WHERE name = $1 FOR UPDATE",
+					1, argtypes, values, NULL, false);
 	if (SPI_processed == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
@@ -636,7 +670,41 @@ sdp_set_flow_workers(PG_FUNCTION_ARGS)
 	opname = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
 	if (opname != NULL)
 		op = sdp_find_operator(opname);
-	check_flow_workers(workers, op);
+	if (op != NULL && workers > 1)
+	{
+		char	   *schema_text = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
+		char	   *transform_sql = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3);
+		bool		isnull;
+		Jsonb	   *options = DatumGetJsonbPCopy(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 4, &isnull));
+		SdpTransform transform;
+
+		/* the transform as its worker prepares it, to see its key column */
+		PushActiveSnapshot(GetTransactionSnapshot());
+		sdp_transform_prepare(&transform, sdp_parse_input_schema(schema_text), transform_sql);
+		PopActiveSnapshot();
+		check_constant_key(&transform, isnull ? NULL : options, name, workers);
+
+		/*
+		 * Keys checkpointed before 0.3 have no partition: only one worker
+		 * can hold them (they take the partition of their next row).
+		 */
+		if (get_attnum(get_relname_relid("state_checkpoints", get_namespace_oid("sdp", false)),
+					   "partition") != InvalidAttrNumber)
+		{
+			catalog_execute("SELECT count(*) FROM sdp.state_checkpoints c JOIN sdp.flows f ON f.id = c.flow_id "
+							" WHERE f.name = $1 AND c.partition IS NULL",
+							1, argtypes, values, NULL, true);
+			if (DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)) > 0)
+				ereport(ERROR,
+						(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+						 errmsg("flow \"%s\" cannot run in %d workers yet: its state has keys checkpointed before 0.3, without their partition",
+								name, workers),
+						 errdetail("Keys without a partition: %s. Each worker restores the keys of its own partitions; a key takes the partition of its next row.",
+								   SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1)),
+						 errhint("Run it in one worker until no key of sdp.state_checkpoints has partition NULL, then change its workers.")));
+		}
+	}
+	check_flow_workers(workers, op, name);
 	catalog_execute("UPDATE sdp.flows SET options = options || jsonb_build_object('workers', $2) WHERE name = $1",
 					2, argtypes, values, NULL, false);
 	SPI_finish();

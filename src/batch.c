@@ -218,6 +218,7 @@ typedef struct StageRun
 	Batch	   *b;
 	const char *stage;			/* the stage running, for the reason of a bad unit */
 	HeapTuple  *rows;			/* the transform's output collected (stateful), or the emitted rows */
+	int32	   *parts;			/* stateful: the Kafka partition of each of rows */
 	int			nrows;
 	char	   *fail_message;
 	int			nunits_ok;		/* units that went through */
@@ -249,22 +250,111 @@ transform_and_write(void *arg, int lo, int hi)
 	r->nunits_ok += hi - lo;
 }
 
-/* A stateful flow: transform input rows [lo, hi) and check them for the operator; collect the output. */
+/*
+ * A stateful flow: transform input rows [lo, hi) and check them for the
+ * operator; collect the output, and each output row's partition, which
+ * owns the keys it creates (sdp_stateful_check_rows).  When the operator's
+ * rows carry their partition (window_agg over rows that have
+ * kafka_partition) the transform runs once; otherwise the rows are in
+ * partition order (sort_rows_by_partition) and it runs over each
+ * partition's rows apart (it works row by row: api.c).
+ */
 static void
 transform_for_operator(void *arg, int lo, int hi)
 {
 	StageRun   *r = arg;
-	HeapTuple  *out;
-	int			nout;
+	HeapTuple  *all = NULL;
+	int32	   *parts = NULL;
+	int			nall = 0;
 
 	r->stage = "transform";
-	nout = sdp_transform_run(&r->w->transform, r->b->rows + lo, hi - lo, &out);
-	sdp_stateful_check_rows(r->w, out, nout);
+	if (r->w->opctx->partition_index >= 0)
+	{
+		/* the operator's rows say their partition: one run */
+		nall = sdp_transform_run(&r->w->transform, r->b->rows + lo, hi - lo, &all);
+		parts = palloc(sizeof(int32) * (nall + 1));
+		for (int i = 0; i < nall; i++)
+			parts[i] = sdp_operator_row_partition(r->w->opctx, all[i]);
+	}
+	for (int start = r->w->opctx->partition_index >= 0 ? hi : lo; start < hi;)
+	{
+		int32		p = r->b->msgs[r->b->row_msg[start]]->partition;
+		int			end = start + 1;
+		HeapTuple  *out;
+		int			nout;
+
+		while (end < hi && r->b->msgs[r->b->row_msg[end]]->partition == p)
+			end++;
+		nout = sdp_transform_run(&r->w->transform, r->b->rows + start, end - start, &out);
+		all = all ? repalloc(all, sizeof(HeapTuple) * (nall + nout + 1)) : palloc(sizeof(HeapTuple) * (nout + 1));
+		parts = parts ? repalloc(parts, sizeof(int32) * (nall + nout + 1)) : palloc(sizeof(int32) * (nout + 1));
+		memcpy(all + nall, out, sizeof(HeapTuple) * nout);
+		for (int i = 0; i < nout; i++)
+			parts[nall + i] = p;
+		nall += nout;
+		start = end;
+	}
+	sdp_stateful_check_rows(r->w, all, parts, nall);
 	/* the rows stay valid until SPI_finish */
-	r->rows = repalloc(r->rows, sizeof(HeapTuple) * (r->nrows + nout + 1));
-	memcpy(r->rows + r->nrows, out, sizeof(HeapTuple) * nout);
-	r->nrows += nout;
+	r->rows = repalloc(r->rows, sizeof(HeapTuple) * (r->nrows + nall + 1));
+	r->parts = repalloc(r->parts, sizeof(int32) * (r->nrows + nall + 1));
+	if (nall > 0)
+	{
+		memcpy(r->rows + r->nrows, all, sizeof(HeapTuple) * nall);
+		memcpy(r->parts + r->nrows, parts, sizeof(int32) * nall);
+	}
+	r->nrows += nall;
 	r->nunits_ok += hi - lo;
+}
+
+/*
+ * Put the batch's rows in partition order, each partition's in the order
+ * they came (offset order): the stateful transform runs per partition.
+ */
+static void
+sort_rows_by_partition(Batch *b)
+{
+	HeapTuple  *rows;
+	int		   *row_msg;
+	int			k = 0;
+	int32		pmin = PG_INT32_MAX,
+				pmax = -1;
+
+	for (int i = 0; i < b->nrows; i++)
+	{
+		int32		p = b->msgs[b->row_msg[i]]->partition;
+
+		pmin = Min(pmin, p);
+		pmax = Max(pmax, p);
+	}
+	if (pmax <= pmin)
+		return;					/* one partition (or none) */
+	rows = palloc(sizeof(HeapTuple) * b->nrows);
+	row_msg = palloc(sizeof(int) * b->nrows);
+	/* a pass per partition present: a worker has few, and this keeps the order within each */
+	for (int32 p = pmin; p <= pmax && k < b->nrows;)
+	{
+		int32		next = PG_INT32_MAX;
+
+		for (int i = 0; i < b->nrows; i++)
+		{
+			int32		q = b->msgs[b->row_msg[i]]->partition;
+
+			if (q == p)
+			{
+				rows[k] = b->rows[i];
+				row_msg[k++] = b->row_msg[i];
+			}
+			else if (q > p)
+				next = Min(next, q);
+		}
+		p = next;
+	}
+	Assert(k == b->nrows);
+	memcpy(b->rows, rows, sizeof(HeapTuple) * b->nrows);
+	memcpy(b->row_msg, row_msg, sizeof(int) * b->nrows);
+	pfree(rows);
+	pfree(row_msg);
 }
 
 /* The operator's emitted rows [lo, hi) into the target. */
@@ -463,6 +553,10 @@ stage_stateful(FlowWorker *w, Batch *b, bool isolate, char **fail_message)
 	StageRun	e = {w, b, "write"};
 
 	r.rows = palloc(sizeof(HeapTuple));
+	r.parts = palloc(sizeof(int32));
+	if (w->opctx->partition_index < 0)
+		sort_rows_by_partition(b);
+	sdp_stateful_begin_attempt(w);
 	if (!isolate)
 		transform_for_operator(&r, 0, b->nrows);
 	else if (!run_isolated_stage(&r, transform_for_operator, true, 0, b->nrows))
@@ -472,7 +566,7 @@ stage_stateful(FlowWorker *w, Batch *b, bool isolate, char **fail_message)
 	}
 	b->rows_out = r.nrows;
 
-	e.nrows = sdp_stateful_operate(w, b, r.rows, r.nrows, &e.rows);
+	e.nrows = sdp_stateful_operate(w, b, r.rows, r.parts, r.nrows, &e.rows);
 
 	if (run_isolated_stage(&e, write_emitted, false, 0, e.nrows))
 		return true;

@@ -296,6 +296,10 @@ sdp_operator_bind(SdpOperatorContext *ctx, TupleDesc input, TupleDesc output)
 	ctx->input_desc = CreateTupleDescCopy(input);
 	ctx->output_desc = CreateTupleDescCopy(output);
 	ctx->key_index = sdp_operator_column(ctx->input_desc, ctx->key_column, "key", true);
+	ctx->partition_index = ctx->partition_column
+		? sdp_operator_column(ctx->input_desc, ctx->partition_column, "partition", false) : -1;
+	if (ctx->partition_index >= 0 && TupleDescAttr(ctx->input_desc, ctx->partition_index)->atttypid != INT4OID)
+		ctx->partition_index = -1;
 	getTypeOutputInfo(TupleDescAttr(ctx->input_desc, ctx->key_index)->atttypid, &typout, &varlena);
 	fmgr_info(typout, &ctx->key_out);
 	MemoryContextSwitchTo(old);
@@ -373,18 +377,52 @@ typedef struct KeyGroup
 {
 	char		key[SDP_STATE_KEY_MAX];
 	int			first;			/* order of first appearance */
+	int32		partition;		/* of its first row, -1 if not known */
 	int			nrows;
 	int			cap;
 	HeapTuple  *rows;
 } KeyGroup;
 
+/* A row's Kafka partition from the operator's partition column, -1 when it has none. */
+int32
+sdp_operator_row_partition(SdpOperatorContext *ctx, HeapTuple row)
+{
+	bool		isnull;
+	Datum		d;
+
+	if (ctx->partition_index < 0)
+		return -1;
+	d = heap_getattr(row, ctx->partition_index + 1, ctx->input_desc, &isnull);
+	return isnull ? -1 : DatumGetInt32(d);
+}
+
+/* A row's key in its text form (the state store's key), or NULL when the key is NULL. */
+char *
+sdp_operator_row_key(SdpOperatorContext *ctx, HeapTuple row)
+{
+	bool		isnull;
+	Datum		d = heap_getattr(row, ctx->key_index + 1, ctx->input_desc, &isnull);
+	char	   *text;
+
+	if (isnull)
+		return NULL;
+	text = OutputFunctionCall(&ctx->key_out, d);
+	if (strlen(text) >= SDP_STATE_KEY_MAX)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("key \"%.40s...\" is longer than %d bytes", text, SDP_STATE_KEY_MAX - 1)));
+	return text;
+}
+
 /*
  * Hand the batch's rows to the operator, grouped by key, each group in
  * arrival order, groups in order of their first row.  Rows whose key is
- * NULL are skipped.
+ * NULL are skipped.  partitions (NULL: not known) gives each row's Kafka
+ * partition: a key created here, or restored without one, is owned by the
+ * partition of its first row (SdpStateEntry.partition).
  */
 void
-sdp_operator_handle_rows(SdpOperatorContext *ctx, HeapTuple *rows, int n)
+sdp_operator_handle_rows(SdpOperatorContext *ctx, HeapTuple *rows, const int32 *partitions, int n)
 {
 	HASHCTL		hctl;
 	HTAB	   *groups;
@@ -402,26 +440,21 @@ sdp_operator_handle_rows(SdpOperatorContext *ctx, HeapTuple *rows, int n)
 
 	for (int i = 0; i < n; i++)
 	{
-		bool		isnull;
-		Datum		d = heap_getattr(rows[i], ctx->key_index + 1, ctx->input_desc, &isnull);
 		char		buf[SDP_STATE_KEY_MAX];
-		char	   *text;
+		char	   *text = sdp_operator_row_key(ctx, rows[i]);
 		KeyGroup   *g;
 		bool		found;
 
-		if (isnull)
+		if (text == NULL)
 			continue;
-		text = OutputFunctionCall(&ctx->key_out, d);
-		if (strlen(text) >= SDP_STATE_KEY_MAX)
-			ereport(ERROR,
-					(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-					 errmsg("key \"%.40s...\" is longer than %d bytes", text, SDP_STATE_KEY_MAX - 1)));
 		memset(buf, 0, sizeof(buf));
 		strlcpy(buf, text, sizeof(buf));
+		pfree(text);
 		g = hash_search(groups, buf, HASH_ENTER, &found);
 		if (!found)
 		{
 			g->first = ngroups;
+			g->partition = partitions ? partitions[i] : -1;
 			g->nrows = 0;
 			g->cap = 4;
 			g->rows = palloc(sizeof(HeapTuple) * g->cap);
@@ -440,6 +473,11 @@ sdp_operator_handle_rows(SdpOperatorContext *ctx, HeapTuple *rows, int n)
 		SdpKeyState ks;
 
 		sdp_state_open_key(ctx->store, order[i]->key, true, &ks);
+		if (ks.entry->partition < 0 && order[i]->partition >= 0)
+		{
+			ks.entry->partition = order[i]->partition;
+			sdp_state_mark_dirty(ctx->store, order[i]->key);
+		}
 		ctx->op->handle_rows(ctx, &ks, order[i]->rows, order[i]->nrows);
 		sdp_state_close_key(&ks);
 	}

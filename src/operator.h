@@ -30,7 +30,10 @@
  *	build_transform(ctx, user_transform, rows)
  *		The SQL the worker runs over "input" in place of the flow's transform
  *		(whose rows are described by 'rows'), e.g. window_agg fans rows out to
- *		its definitions; ctx->key_column names one of its columns.
+ *		its definitions; ctx->key_column names one of its columns, and
+ *		ctx->partition_column (if set) one that holds each row's Kafka
+ *		partition, which spares the worker running the transform per
+ *		partition to know it (stateful.c).
  *	reload(ctx)
  *		The operator's configuration changed in the catalogs (see
  *		sdp_flow_config_changed): re-read it; the worker then rebuilds the
@@ -89,6 +92,9 @@ typedef struct SdpOperatorContext
 	TupleDesc	output_desc;	/* the emitted rows */
 	const char *key_column;		/* set by init */
 	int			key_index;		/* 0-based, in input_desc */
+	/* optional, set by init or build_transform: an int4 column holding each row's Kafka partition */
+	const char *partition_column;
+	int			partition_index;	/* 0-based, in input_desc; -1 when none */
 	FmgrInfo	key_out;		/* output function of the key column */
 
 	TimestampTz now;			/* processing time of the current step */
@@ -164,7 +170,9 @@ extern void sdp_reject(SdpOperatorContext *ctx, int32 partition, int64 offset, c
 extern SdpOperatorContext *sdp_operator_create(const SdpOperator *op, const char *flow_name,
 											   Jsonb *options, SdpStateStore *store, TupleDesc rows);
 extern void sdp_operator_bind(SdpOperatorContext *ctx, TupleDesc input, TupleDesc output);
-extern void sdp_operator_handle_rows(SdpOperatorContext *ctx, HeapTuple *rows, int n);
+extern void sdp_operator_handle_rows(SdpOperatorContext *ctx, HeapTuple *rows, const int32 *partitions, int n);
+extern char *sdp_operator_row_key(SdpOperatorContext *ctx, HeapTuple row);
+extern int32 sdp_operator_row_partition(SdpOperatorContext *ctx, HeapTuple row);
 extern void sdp_operator_fire_timers(SdpOperatorContext *ctx);
 extern TimestampTz sdp_operator_next_timer(SdpOperatorContext *ctx, SdpTimeKind kind);
 

@@ -49,6 +49,7 @@ extern void sdp_transform_prepare(SdpTransform *t, SdpInputSchema *schema, const
 extern void sdp_transform_prepare_generated(SdpTransform *t, SdpInputSchema *schema, const char *sql);
 extern void sdp_transform_check_runs(SdpTransform *t);
 extern void sdp_transform_check_row_by_row(SdpTransform *t, const char *what);
+extern bool sdp_transform_column_is_constant(SdpTransform *t, const char *column);
 extern int	sdp_transform_run(SdpTransform *t, HeapTuple *rows, int n, HeapTuple **out);
 
 /* sink.c */

@@ -112,6 +112,7 @@ sdp_state_detach(SdpStateStore *store)
 {
 	dshash_detach(store->table);
 	dsa_detach(store->area);
+	pfree(store);
 }
 
 /* Shared memory the state takes (entries and maps; the writer keeps count). */
@@ -191,6 +192,7 @@ sdp_state_open_key(SdpStateStore *store, const char *key, bool create, SdpKeySta
 		/* dshash copied the key; clear the rest */
 		memset((char *) ks->entry + SDP_STATE_KEY_MAX, 0, sizeof(SdpStateEntry) - SDP_STATE_KEY_MAX);
 		ks->entry->map = InvalidDsaPointer;
+		ks->entry->partition = -1;
 		ks->created = true;
 	}
 }
@@ -600,9 +602,32 @@ sdp_state_serialize(SdpStateStore *store, SdpStateEntry *entry)
 		pos += (n); \
 	} while (0)
 
-/* Recreate a key's state from its checkpoint (the worker, at start). */
+/*
+ * The partition that owns a key (see SdpStateEntry.partition), -1 when not
+ * known; *found says whether the key has state at all.
+ */
+int32
+sdp_state_key_partition(SdpStateStore *store, const char *key, bool *found)
+{
+	char		buf[SDP_STATE_KEY_MAX];
+	SdpStateEntry *e;
+	int32		partition = -1;
+
+	memset(buf, 0, sizeof(buf));
+	strlcpy(buf, key, sizeof(buf));
+	e = dshash_find(store->table, buf, false);
+	*found = (e != NULL);
+	if (e)
+	{
+		partition = e->partition;
+		dshash_release_lock(store->table, e);
+	}
+	return partition;
+}
+
+/* Recreate a key's state from its checkpoint (the worker, at start); partition -1: not known. */
 void
-sdp_state_restore(SdpStateStore *store, const char *key, bytea *blob)
+sdp_state_restore(SdpStateStore *store, const char *key, int32 partition, bytea *blob)
 {
 	const char *pos = VARDATA_ANY(blob);
 	const char *end = pos + VARSIZE_ANY_EXHDR(blob);
@@ -613,6 +638,7 @@ sdp_state_restore(SdpStateStore *store, const char *key, bytea *blob)
 	char	   *value;
 
 	sdp_state_open_key(store, key, true, &ks);
+	ks.entry->partition = partition;
 	READ(&version, sizeof(version));
 	if (version != 1)
 		ereport(ERROR,

@@ -42,6 +42,7 @@ typedef struct SdpStateEntry
 	char		key[SDP_STATE_KEY_MAX]; /* dshash key: NUL-padded */
 	uint32		values_set;		/* bit i: values[i] holds a value */
 	int32		ntimers;
+	int32		partition;		/* the Kafka partition of the key's first row; -1: not known */
 	int64		values[SDP_STATE_VALUES];
 	SdpTimer	timers[SDP_STATE_TIMERS];
 	dsa_pointer map;			/* SdpStateMap, or InvalidDsaPointer */
@@ -119,7 +120,8 @@ extern bool sdp_state_remove_timer(SdpKeyState *ks, SdpTimeKind kind, int64 when
 
 /* checkpoints */
 extern bytea *sdp_state_serialize(SdpStateStore *store, SdpStateEntry *entry);
-extern void sdp_state_restore(SdpStateStore *store, const char *key, bytea *blob);
+extern void sdp_state_restore(SdpStateStore *store, const char *key, int32 partition, bytea *blob);
+extern int32 sdp_state_key_partition(SdpStateStore *store, const char *key, bool *found);
 extern void sdp_state_mark_dirty(SdpStateStore *store, const char *key);
 
 /* Whether the last error was raised by dshash allocating within the store's limit. */

@@ -16,6 +16,22 @@
  * offsets they correspond to (sdp.offsets.state_offset) and the watermark.
  * A stateful flow stores its offsets only there: it restarts from its
  * checkpoint, not from its last batch.
+ *
+ * State is owned by Kafka partition.  Each key records the partition of the
+ * row that created it (SdpStateEntry.partition), and its checkpoint row says
+ * so (sdp.state_checkpoints.partition, from 0.3), next to that partition's
+ * offsets: a worker restores the keys of its own partitions only, so a
+ * partition and its state move together when the flow's workers change.
+ * With workers > 1 a key must arrive on one partition only: a row of a key
+ * that another partition owns (in this worker, or in another worker of the
+ * flow while that worker holds the key) is a data error of the transform
+ * stage (check_ownership), so its message goes to the dead letters and the
+ * state is never merged across partitions.  With one worker any partition
+ * may feed any key, as before; the first one is recorded.
+ *
+ * Event time is per worker: its watermark comes from its own partitions,
+ * and a checkpoint records it on each of them (sdp.offsets.watermark, from
+ * 0.3); a worker restarts from the least watermark of its partitions.
  */
 #include "stateful.h"
 
@@ -92,6 +108,11 @@ sdp_stateful_start(FlowWorker *w)
 							w->opctx->event_time_column)));
 	}
 	w->next_checkpoint = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), w->opts.checkpoint_interval_ms);
+	if (w->args.nworkers > 1)
+	{
+		w->sibling = MemoryContextAllocZero(TopMemoryContext, sizeof(SdpStateStore *) * w->args.nworkers);
+		w->sibling_area = MemoryContextAllocZero(TopMemoryContext, sizeof(dsa_handle) * w->args.nworkers);
+	}
 }
 
 /* The flow's operator configuration changed (e.g. an aggregation was added): reload it. */
@@ -119,6 +140,199 @@ sdp_stateful_reload_if_changed(FlowWorker *w)
 	CommitTransactionCommand();
 	pgstat_report_activity(STATE_IDLE, NULL);
 	ereport(LOG, (errmsg("sdp flow \"%s\" reloaded its %s configuration", w->args.name, w->op->name)));
+}
+
+/* ---- key ownership ---- */
+
+/*
+ * Whether the catalog is 0.3 or later: sdp.state_checkpoints.partition and
+ * sdp.offsets.watermark exist (an older catalog runs as 0.2 did, one worker).
+ * In a catalog scope, with SPI connected.
+ */
+static bool
+catalog_has_partitioned_state(void)
+{
+	int			rc = SPI_execute("SELECT 1 FROM pg_catalog.pg_attribute "
+								 "WHERE attrelid = 'sdp.state_checkpoints'::pg_catalog.regclass "
+								 "AND attname = 'partition' AND NOT attisdropped",
+								 true, 0);
+
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "could not read the catalog of sdp.state_checkpoints: %s", SPI_result_code_string(rc));
+	return SPI_processed > 0;
+}
+
+/* Attach to a sibling's store, or NULL when its area has gone with its worker. */
+static SdpStateStore *
+attach_sibling(dsa_handle area, dshash_table_handle table)
+{
+	ResourceOwner owner = CurrentResourceOwner;
+	MemoryContext cxt = CurrentMemoryContext;
+	SdpStateStore *volatile store = NULL;
+
+	BeginInternalSubTransaction(NULL);
+	PG_TRY();
+	{
+		MemoryContextSwitchTo(TopMemoryContext);
+		store = sdp_state_attach(area, table);
+		dsa_pin_mapping(store->area);
+		ReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+		if (edata->sqlerrcode != ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE)
+			ReThrowError(edata);
+		/* "could not attach to dynamic shared area": no owner there */
+		FreeErrorData(edata);
+		store = NULL;
+	}
+	PG_END_TRY();
+	return store;
+}
+
+/*
+ * The state store of worker k of the flow, attached for reading, or NULL
+ * when that worker has none (not started yet, or its area has gone).  A
+ * worker that restarted has a new area: the old one is detached.
+ */
+static SdpStateStore *
+sibling_store(FlowWorker *w, int k)
+{
+	dsa_handle	area = 0;
+	dshash_table_handle table = 0;
+
+	LWLockAcquire(SdpShmem->lock, LW_SHARED);
+	for (int s = sdp_slot_next(w->args.name, -1); s >= 0; s = sdp_slot_next(w->args.name, s))
+	{
+		SdpFlowSlot *slot = &SdpShmem->slots[s];
+
+		if (slot->worker_no != k || slot->nworkers != w->args.nworkers)
+			continue;			/* not a worker of this generation's division */
+		SpinLockAcquire(&slot->mutex);
+		area = (dsa_handle) slot->state_area;
+		table = (dshash_table_handle) slot->state_table;
+		SpinLockRelease(&slot->mutex);
+	}
+	LWLockRelease(SdpShmem->lock);
+
+	if (area == w->sibling_area[k])
+		return w->sibling[k];
+	if (w->sibling[k])
+		sdp_state_detach(w->sibling[k]);
+	w->sibling[k] = NULL;
+	w->sibling_area[k] = area;
+	if (area != 0)
+		w->sibling[k] = attach_sibling(area, table);
+	return w->sibling[k];
+}
+
+/* A new attempt at a batch: the keys its rows have claimed so far are forgotten. */
+void
+sdp_stateful_begin_attempt(FlowWorker *w)
+{
+	HASHCTL		ctl;
+
+	if (w->args.nworkers <= 1)
+		return;
+	memset(&ctl, 0, sizeof(ctl));
+	ctl.keysize = SDP_STATE_KEY_MAX;
+	ctl.entrysize = SDP_STATE_KEY_MAX + sizeof(int32);
+	ctl.hcxt = CurrentMemoryContext;
+	w->batch_owners = hash_create("sdp batch key owners", 256, &ctl, HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+}
+
+static void
+ownership_error(const char *key, int32 owner, int32 partition)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_DATA_EXCEPTION),
+			 errmsg("key \"%s\" arrives on partitions %d and %d: a stateful flow with workers > 1 needs its topic partitioned by the operator's key",
+					key, Min(owner, partition), Max(owner, partition)),
+			 errdetail("The key's state is owned by partition %d; this row came from partition %d.", owner, partition),
+			 errhint("Produce every message of a key to one partition (key the messages by the operator's key), or run the flow in one worker: sdp_set_flow_workers(flow, 1).")));
+}
+
+/*
+ * With workers > 1, every row's key must be owned by the row's partition:
+ * the partition that created the key's state, in this worker or in
+ * another of the flow's, or the first of this batch's rows of the key.  A
+ * row that breaks it raises a data error before any state changes, so that
+ * its message goes to the dead letters (stage 'transform').  What rows of
+ * this call claim counts only once the call has gone through.
+ */
+static void
+check_ownership(FlowWorker *w, HeapTuple *rows, const int32 *partitions, int n)
+{
+	HASHCTL		ctl;
+	HTAB	   *claims;
+	HASH_SEQ_STATUS seq;
+	char	   *claim;
+
+	memset(&ctl, 0, sizeof(ctl));
+	ctl.keysize = SDP_STATE_KEY_MAX;
+	ctl.entrysize = SDP_STATE_KEY_MAX + sizeof(int32);
+	ctl.hcxt = CurrentMemoryContext;
+	claims = hash_create("sdp key claims", Max(Min(n, 1024), 16), &ctl, HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+
+	for (int i = 0; i < n; i++)
+	{
+		char	   *text = sdp_operator_row_key(w->opctx, rows[i]);
+		char		buf[SDP_STATE_KEY_MAX];
+		char	   *entry;
+		bool		found;
+		int32		owner = -1;
+
+		if (text == NULL || partitions[i] < 0)
+			continue;			/* no key, or no partition known: nothing to own */
+		memset(buf, 0, sizeof(buf));
+		strlcpy(buf, text, sizeof(buf));
+		pfree(text);
+		if ((entry = hash_search(claims, buf, HASH_FIND, NULL)) != NULL ||
+			(entry = hash_search(w->batch_owners, buf, HASH_FIND, NULL)) != NULL)
+		{
+			owner = *(int32 *) (entry + SDP_STATE_KEY_MAX);
+			if (owner >= 0 && owner != partitions[i])
+				ownership_error(buf, owner, partitions[i]);
+			continue;
+		}
+		/* the first row of the key in this batch: who owns it now */
+		owner = sdp_state_key_partition(w->store, buf, &found);
+		for (int k = 0; k < w->args.nworkers; k++)
+		{
+			SdpStateStore *sibling;
+			int32		theirs;
+			bool		held;
+
+			if (k == w->args.worker_no || (sibling = sibling_store(w, k)) == NULL)
+				continue;
+			theirs = sdp_state_key_partition(sibling, buf, &held);
+			if (held && theirs >= 0 && theirs != partitions[i])
+				ownership_error(buf, theirs, partitions[i]);
+		}
+		if (found && owner >= 0 && owner != partitions[i])
+			ownership_error(buf, owner, partitions[i]);
+		entry = hash_search(claims, buf, HASH_ENTER, NULL);
+		*(int32 *) (entry + SDP_STATE_KEY_MAX) = partitions[i];
+	}
+
+	hash_seq_init(&seq, claims);
+	while ((claim = hash_seq_search(&seq)) != NULL)
+	{
+		char	   *entry = hash_search(w->batch_owners, claim, HASH_ENTER, NULL);
+
+		*(int32 *) (entry + SDP_STATE_KEY_MAX) = *(int32 *) (claim + SDP_STATE_KEY_MAX);
+	}
+	hash_destroy(claims);
 }
 
 /* ---- event time ---- */
@@ -230,41 +444,67 @@ advance_watermark(FlowWorker *w, TimestampTz now)
 	SpinLockRelease(&w->slot->mutex);
 }
 
-/* The checkpoint statements (in a catalog scope, with SPI connected). */
+/*
+ * The checkpoint statements (in a catalog scope, with SPI connected).  On a
+ * catalog older than 0.3 they are those of 0.2, and the flow runs in one
+ * worker.
+ */
 void
 sdp_stateful_prepare_plans(FlowWorker *w)
 {
-	Oid			put_types[3] = {INT8OID, TEXTARRAYOID, BYTEAARRAYOID};
+	Oid			put_types[4] = {INT8OID, TEXTARRAYOID, BYTEAARRAYOID, INT4ARRAYOID};
 	Oid			del_types[2] = {INT8OID, TEXTARRAYOID};
-	Oid			off_types[1] = {INT8OID};
+	Oid			off_types[2] = {INT8OID, INT4ARRAYOID};
+	Oid			wm_types[4] = {INT8OID, INT4ARRAYOID, TIMESTAMPTZARRAYOID, TIMESTAMPTZOID};
 
-	w->checkpoint_put_plan = SPI_prepare("INSERT INTO sdp.state_checkpoints AS c (flow_id, key, state, updated_at) "
-										 "SELECT $1, u.k, u.s, now() FROM unnest($2, $3) AS u(k, s) "
-										 "ON CONFLICT (flow_id, key) DO UPDATE "
-										 "SET state = EXCLUDED.state, updated_at = EXCLUDED.updated_at",
-										 3, put_types);
-	w->checkpoint_delete_plan = SPI_prepare("DELETE FROM sdp.state_checkpoints WHERE flow_id = $1 AND key = ANY ($2)",
-											2, del_types);
-	/* in the batch's transaction, after its offsets: the state now matches them */
-	w->checkpoint_offsets_plan = SPI_prepare("UPDATE sdp.offsets SET state_offset = next_offset WHERE flow_id = $1",
-											 1, off_types);
+	w->partitioned_state = catalog_has_partitioned_state();
+	if (!w->partitioned_state && w->args.nworkers > 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("flow \"%s\" has an operator and %d workers, which needs the catalogs of sdp_ext 0.3",
+						w->args.name, w->args.nworkers),
+				 errhint("Run ALTER EXTENSION sdp_ext UPDATE, or sdp_set_flow_workers('%s', 1).", w->args.name)));
+	if (w->partitioned_state)
 	{
-		Oid			wm_types[4] = {INT8OID, INT4ARRAYOID, TIMESTAMPTZARRAYOID, TIMESTAMPTZOID};
-
+		w->checkpoint_put_plan = SPI_prepare("INSERT INTO sdp.state_checkpoints AS c (flow_id, key, partition, state, updated_at) "
+											 "SELECT $1, u.k, nullif(u.p, -1), u.s, now() FROM unnest($2, $3, $4) AS u(k, s, p) "
+											 "ON CONFLICT (flow_id, key) DO UPDATE "
+											 "SET partition = EXCLUDED.partition, state = EXCLUDED.state, "
+											 "    updated_at = EXCLUDED.updated_at",
+											 4, put_types);
+		/* the watermark of this worker on each of its partitions: where it restarts from */
+		w->checkpoint_watermark_plan = SPI_prepare("WITH o AS (UPDATE sdp.offsets o SET max_event_time = u.t, watermark = $4 "
+												   "  FROM unnest($2, $3) AS u(p, t) "
+												   " WHERE o.flow_id = $1 AND o.partition = u.p RETURNING 1) "
+												   "UPDATE sdp.flows SET watermark = $4 WHERE id = $1 AND $5",
+												   5, (Oid[]) {INT8OID, INT4ARRAYOID, TIMESTAMPTZARRAYOID, TIMESTAMPTZOID, BOOLOID});
+	}
+	else
+	{
+		w->checkpoint_put_plan = SPI_prepare("INSERT INTO sdp.state_checkpoints AS c (flow_id, key, state, updated_at) "
+											 "SELECT $1, u.k, u.s, now() FROM unnest($2, $3) AS u(k, s) "
+											 "ON CONFLICT (flow_id, key) DO UPDATE "
+											 "SET state = EXCLUDED.state, updated_at = EXCLUDED.updated_at",
+											 3, put_types);
 		w->checkpoint_watermark_plan = SPI_prepare("WITH o AS (UPDATE sdp.offsets o SET max_event_time = u.t "
 												   "  FROM unnest($2, $3) AS u(p, t) "
 												   " WHERE o.flow_id = $1 AND o.partition = u.p RETURNING 1) "
 												   "UPDATE sdp.flows SET watermark = $4 WHERE id = $1",
 												   4, wm_types);
-		if (w->checkpoint_watermark_plan)
-			SPI_keepplan(w->checkpoint_watermark_plan);
 	}
+	w->checkpoint_delete_plan = SPI_prepare("DELETE FROM sdp.state_checkpoints WHERE flow_id = $1 AND key = ANY ($2)",
+											2, del_types);
+	/* in the batch's transaction, after its offsets: the state of this worker's partitions now matches them */
+	w->checkpoint_offsets_plan = SPI_prepare("UPDATE sdp.offsets SET state_offset = next_offset "
+											 " WHERE flow_id = $1 AND partition = ANY ($2)",
+											 2, off_types);
 	if (w->checkpoint_put_plan == NULL || w->checkpoint_delete_plan == NULL ||
 		w->checkpoint_offsets_plan == NULL || w->checkpoint_watermark_plan == NULL)
 		elog(ERROR, "could not prepare checkpoint statements: %s", SPI_result_code_string(SPI_result));
 	SPI_keepplan(w->checkpoint_put_plan);
 	SPI_keepplan(w->checkpoint_delete_plan);
 	SPI_keepplan(w->checkpoint_offsets_plan);
+	SPI_keepplan(w->checkpoint_watermark_plan);
 }
 
 /* Show the state's size, timers fired and the last checkpoint in the slot. */
@@ -282,13 +522,20 @@ sdp_stateful_publish(FlowWorker *w, bool checkpointed)
 	SpinLockRelease(&w->slot->mutex);
 }
 
-/* Restore the last checkpoint into the (empty) store, and index its timers. */
+/*
+ * Restore the last checkpoint into the (empty) store, and index its timers:
+ * the keys of this worker's partitions (partition % nworkers = worker_no),
+ * and worker 0 takes those of no known partition (checkpointed before 0.3);
+ * then the watermark, the least that this worker's partitions were
+ * checkpointed with (each had the watermark of the worker that had it).
+ */
 void
 sdp_stateful_restore(FlowWorker *w)
 {
 	SdpCatalogScope scope;
-	Oid			argtypes[1] = {INT8OID};
-	Datum		values[1] = {Int64GetDatum(w->args.flow_id)};
+	Oid			argtypes[3] = {INT8OID, INT4OID, INT4OID};
+	Datum		values[3] = {Int64GetDatum(w->args.flow_id), Int32GetDatum(w->args.nworkers),
+	Int32GetDatum(w->args.worker_no)};
 	uint64		nkeys;
 
 	sdp_start_transaction();
@@ -296,8 +543,11 @@ sdp_stateful_restore(FlowWorker *w)
 	PushActiveSnapshot(GetTransactionSnapshot());
 	pgstat_report_activity(STATE_RUNNING, "sdp: restoring state");
 	sdp_catalog_enter(&scope);
-	if (SPI_execute_with_args("SELECT key, state FROM sdp.state_checkpoints WHERE flow_id = $1",
-							  1, argtypes, values, NULL, true, 0) != SPI_OK_SELECT)
+	if (SPI_execute_with_args(w->partitioned_state
+							  ? "SELECT key, state, coalesce(partition, -1) FROM sdp.state_checkpoints "
+							  " WHERE flow_id = $1 AND (partition % $2 = $3 OR (partition IS NULL AND $3 = 0))"
+							  : "SELECT key, state, -1 FROM sdp.state_checkpoints WHERE flow_id = $1 AND $2 > 0 AND $3 >= 0",
+							  3, argtypes, values, NULL, true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read the state checkpoint");
 	sdp_catalog_leave(&scope);
 	nkeys = SPI_processed;
@@ -306,27 +556,38 @@ sdp_stateful_restore(FlowWorker *w)
 		bool		isnull;
 		char	   *key = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
 		bytea	   *blob = DatumGetByteaPP(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2, &isnull));
+		int32		partition = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 3, &isnull));
 
-		sdp_state_restore(w->store, key, blob);
+		sdp_state_restore(w->store, key, partition, blob);
 	}
 	/* the event-time watermark and the partitions' highest event times of the checkpoint */
 	if (w->event_time_index >= 0)
 	{
 		TimestampTz now = GetCurrentTimestamp();
 		bool		isnull;
+		Datum		wm = (Datum) 0;
+		bool		wm_null = true;
 
 		sdp_catalog_enter(&scope);
-		SPI_execute_with_args("SELECT watermark FROM sdp.flows WHERE id = $1", 1, argtypes, values, NULL, true, 0);
-		if (SPI_processed == 1)
+		if (w->partitioned_state)
 		{
-			Datum		wm = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
-
-			if (!isnull)
-				w->opctx->watermark = DatumGetTimestampTz(wm);
+			SPI_execute_with_args("SELECT min(watermark) FROM sdp.offsets WHERE flow_id = $1 AND partition % $2 = $3",
+								  3, argtypes, values, NULL, true, 0);
+			if (SPI_processed == 1)
+				wm = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &wm_null);
 		}
+		/* none recorded per partition yet (a checkpoint before 0.3): the flow's */
+		if (wm_null)
+		{
+			SPI_execute_with_args("SELECT watermark FROM sdp.flows WHERE id = $1", 1, argtypes, values, NULL, true, 0);
+			if (SPI_processed == 1)
+				wm = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &wm_null);
+		}
+		if (!wm_null)
+			w->opctx->watermark = DatumGetTimestampTz(wm);
 		SPI_execute_with_args("SELECT partition, max_event_time FROM sdp.offsets "
-							  " WHERE flow_id = $1 AND max_event_time IS NOT NULL",
-							  1, argtypes, values, NULL, true, 0);
+							  " WHERE flow_id = $1 AND max_event_time IS NOT NULL AND partition % $2 = $3",
+							  3, argtypes, values, NULL, true, 0);
 		sdp_catalog_leave(&scope);
 		for (uint64 i = 0; i < SPI_processed; i++)
 		{
@@ -367,11 +628,13 @@ write_checkpoint(FlowWorker *w, int64 *next)
 	int			n = 0;
 	Datum	   *put_keys = palloc(sizeof(Datum) * Max(ndirty, 1));
 	Datum	   *put_blobs = palloc(sizeof(Datum) * Max(ndirty, 1));
+	Datum	   *put_parts = palloc(sizeof(Datum) * Max(ndirty, 1));
 	Datum	   *del_keys = palloc(sizeof(Datum) * Max(ndirty, 1));
 	int			nput = 0,
 				ndel = 0;
 	SdpCatalogScope scope;
-	Datum		values[3];
+	Datum		values[4];
+	Datum	   *own = palloc(sizeof(Datum) * Max(w->npartitions, 1));
 
 	hash_seq_init(&seq, w->store->dirty);
 	while ((dirty = hash_seq_search(&seq)) != NULL)
@@ -384,6 +647,7 @@ write_checkpoint(FlowWorker *w, int64 *next)
 		if (ks.entry)
 		{
 			put_keys[nput] = CStringGetTextDatum(keys[i]);
+			put_parts[nput] = Int32GetDatum(ks.entry->partition);
 			put_blobs[nput++] = PointerGetDatum(sdp_state_serialize(w->store, ks.entry));
 		}
 		else
@@ -398,6 +662,7 @@ write_checkpoint(FlowWorker *w, int64 *next)
 	{
 		values[1] = PointerGetDatum(construct_array(put_keys, nput, TEXTOID, -1, false, TYPALIGN_INT));
 		values[2] = PointerGetDatum(construct_array(put_blobs, nput, BYTEAOID, -1, false, TYPALIGN_INT));
+		values[3] = PointerGetDatum(construct_array(put_parts, nput, INT4OID, 4, true, TYPALIGN_INT));
 		if (SPI_execute_plan(w->checkpoint_put_plan, values, NULL, false, 0) != SPI_OK_INSERT)
 			elog(ERROR, "could not write the state checkpoint");
 	}
@@ -407,6 +672,9 @@ write_checkpoint(FlowWorker *w, int64 *next)
 		if (SPI_execute_plan(w->checkpoint_delete_plan, values, NULL, false, 0) != SPI_OK_DELETE)
 			elog(ERROR, "could not write the state checkpoint");
 	}
+	for (int i = 0; i < w->npartitions; i++)
+		own[i] = Int32GetDatum(w->partitions[i]);
+	values[1] = PointerGetDatum(construct_array(own, w->npartitions, INT4OID, 4, true, TYPALIGN_INT));
 	if (SPI_execute_plan(w->checkpoint_offsets_plan, values, NULL, false, 0) != SPI_OK_UPDATE)
 		elog(ERROR, "could not write the state checkpoint's offsets");
 	if (w->event_time_index >= 0)
@@ -414,20 +682,27 @@ write_checkpoint(FlowWorker *w, int64 *next)
 		Datum	   *pd = palloc(sizeof(Datum) * Max(w->nwm, 1));
 		Datum	   *td = palloc(sizeof(Datum) * Max(w->nwm, 1));
 		int			np = 0;
-		Datum		wv[4];
-		char		wnulls[4] = {' ', ' ', ' ', ' '};
+		Datum		wv[5];
+		char		wnulls[5] = {' ', ' ', ' ', ' ', ' '};
 
-		for (int p = 0; p < w->nwm; p++)
-			if (w->wm_max[p] != DT_NOBEGIN)
+		/* this worker's partitions only: the others are other workers' */
+		for (int i = 0; i < w->npartitions; i++)
+		{
+			int32		p = w->partitions[i];
+
+			if (p < w->nwm && w->wm_max[p] != DT_NOBEGIN)
 			{
 				pd[np] = Int32GetDatum(p);
 				td[np++] = TimestampTzGetDatum(w->wm_max[p]);
 			}
+		}
 		wv[0] = values[0];
 		wv[1] = PointerGetDatum(construct_array(pd, np, INT4OID, 4, true, TYPALIGN_INT));
 		wv[2] = PointerGetDatum(construct_array(td, np, TIMESTAMPTZOID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
 		wv[3] = TimestampTzGetDatum(w->opctx->watermark);
 		wnulls[3] = w->opctx->watermark == DT_NOBEGIN ? 'n' : ' ';
+		/* sdp.flows.watermark is one worker's: written when there is one only */
+		wv[4] = BoolGetDatum(w->args.nworkers == 1);
 		if (SPI_execute_plan(w->checkpoint_watermark_plan, wv, wnulls, false, 0) < 0)
 			elog(ERROR, "could not write the state checkpoint's watermark");
 	}
@@ -498,9 +773,11 @@ set_aside_rejected(FlowWorker *w, Batch *b)
 
 /* Before the operator stage: the transform's rows must fit the operator (a data error sets the message aside). */
 void
-sdp_stateful_check_rows(FlowWorker *w, HeapTuple *rows, int n)
+sdp_stateful_check_rows(FlowWorker *w, HeapTuple *rows, const int32 *partitions, int n)
 {
 	sdp_operator_check_rows(w->opctx, rows, n);
+	if (w->args.nworkers > 1)
+		check_ownership(w, rows, partitions, n);
 }
 
 /*
@@ -510,7 +787,8 @@ sdp_stateful_check_rows(FlowWorker *w, HeapTuple *rows, int n)
  * changed.
  */
 int
-sdp_stateful_operate(FlowWorker *w, Batch *b, HeapTuple *rows, int nrows, HeapTuple **emitted)
+sdp_stateful_operate(FlowWorker *w, Batch *b, HeapTuple *rows, const int32 *partitions, int nrows,
+					 HeapTuple **emitted)
 {
 	SdpOperatorContext *ctx = w->opctx;
 	HeapTuple  *out;
@@ -523,7 +801,7 @@ sdp_stateful_operate(FlowWorker *w, Batch *b, HeapTuple *rows, int nrows, HeapTu
 	ctx->emitted = NIL;
 	ctx->rejected = NIL;
 	/* rows see the watermark of the previous batch; this batch's event times move it afterwards */
-	sdp_operator_handle_rows(ctx, rows, nrows);
+	sdp_operator_handle_rows(ctx, rows, partitions, nrows);
 	observe_event_times(w, b->nmsgs > 0 ? b : NULL, ctx->now);
 	ctx->now = GetCurrentTimestamp();	/* timers fire, and their rows are stamped, now */
 	advance_watermark(w, ctx->now);

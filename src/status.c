@@ -730,8 +730,8 @@ check_state_reader(Oid owner_oid, const char *owner, const char *name)
 
 /*
  * sdp_flow_state(flow): the live state of a running stateful flow, read from
- * its shared memory: one row per key and state (each value state, the map
- * state, the pending timers), the value as jsonb.  No rows when the flow is
+ * its shared memory, every worker's: one row per key and state (each value
+ * state, the map state, the pending timers), the value as jsonb.  No rows when the flow is
  * not running or has no operator.  Only for the roles check_state_reader
  * lets in.
  */
@@ -744,6 +744,9 @@ sdp_flow_state(PG_FUNCTION_ARGS)
 	const SdpOperator *op = NULL;
 	MemoryContext cxt = CurrentMemoryContext;
 	List	   *states;
+	dsa_handle *areas;
+	dshash_table_handle *tables;
+	int			nstores = 0;
 	ListCell   *lc;
 	Oid			argtypes[1] = {TEXTOID};
 	Datum		args[1] = {CStringGetTextDatum(name)};
@@ -780,16 +783,24 @@ sdp_flow_state(PG_FUNCTION_ARGS)
 	if (op == NULL)
 		return (Datum) 0;		/* a stateless flow has no state */
 
-	/* a stateful flow runs in one worker (api.c) */
+	/* every worker's store: each holds the keys of its partitions */
+	areas = palloc(sizeof(dsa_handle) * SdpShmem->max_flows);
+	tables = palloc(sizeof(dshash_table_handle) * SdpShmem->max_flows);
 	LWLockAcquire(SdpShmem->lock, LW_SHARED);
-	s = sdp_slot_find(name);
-	if (s >= 0)
+	for (s = sdp_slot_next(name, -1); s >= 0; s = sdp_slot_next(name, s))
+	{
 		sdp_slot_copy(s, copy);
+		if (copy->state_area != 0)
+		{
+			areas[nstores] = (dsa_handle) copy->state_area;
+			tables[nstores++] = (dshash_table_handle) copy->state_table;
+		}
+	}
 	LWLockRelease(SdpShmem->lock);
-	if (s < 0 || copy->state_area == 0)
-		return (Datum) 0;
 
-	states = copy_state((dsa_handle) copy->state_area, (dshash_table_handle) copy->state_table, cxt);
+	states = NIL;
+	for (int i = 0; i < nstores; i++)
+		states = list_concat(states, copy_state(areas[i], tables[i], cxt));
 
 	foreach(lc, states)
 	{

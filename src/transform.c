@@ -306,6 +306,33 @@ sdp_transform_check_row_by_row(SdpTransform *t, const char *what)
 				 errhint("Read \"input\" once, and other tables as needed: each row of a batch must give its rows on its own.")));
 }
 
+/*
+ * Whether the transform's output column is a constant, the same for every
+ * row (strip casts: 'z' AS zone).  Only what the top query's target list
+ * shows: a column of the input, or no transform, is not.
+ */
+bool
+sdp_transform_column_is_constant(SdpTransform *t, const char *column)
+{
+	CachedPlanSource *ps;
+	Query	   *q;
+	ListCell   *lc;
+
+	if (t->plan == NULL)
+		return false;
+	ps = linitial(SPI_plan_get_plan_sources(t->plan));
+	q = linitial_node(Query, ps->query_list);
+	foreach(lc, q->targetList)
+	{
+		TargetEntry *tle = lfirst(lc);
+
+		if (tle->resjunk || tle->resname == NULL || strcmp(tle->resname, column) != 0)
+			continue;
+		return IsA(strip_implicit_coercions((Node *) tle->expr), Const);
+	}
+	return false;
+}
+
 /* Run the transform once over an empty input: it checks the privileges on what it reads. */
 void
 sdp_transform_check_runs(SdpTransform *t)

@@ -119,6 +119,10 @@ typedef struct FlowWorker
 	bool		state_mutated;	/* in a batch, the operator has changed state */
 	SPIPlanPtr	checkpoint_watermark_plan;
 	uint64		config_generation;
+	bool		partitioned_state;	/* the catalog records keys' partitions (0.3 and later) */
+	HTAB	   *batch_owners;	/* workers > 1: key -> partition claimed by this attempt's rows */
+	SdpStateStore **sibling;	/* workers > 1: the other workers' stores, attached to read owners */
+	dsa_handle *sibling_area;	/* ... and the areas they are */
 
 	/* event time: per partition id, the highest event time seen and when data last came */
 	int			event_time_index;	/* in the input schema, -1 when none */

@@ -579,6 +579,8 @@ window_agg_build_transform(SdpOperatorContext *ctx, const char *user_transform, 
 {
 	WindowAggConfig *cfg = ctx->config;
 
+	/* the fanout carries the rows' partition when the flow's rows have it */
+	ctx->partition_column = has_column(rows, "kafka_partition") ? "sdp_partition" : NULL;
 	return sdp_window_agg_fanout_sql(cfg->defs, user_transform, rows, ctx->event_time_column);
 }
 

@@ -140,9 +140,10 @@ SdpTest::query($node, "CREATE TABLE zone_counts (zone text PRIMARY KEY, aircraft
 ($rc, $out, $err) = $node->psql('postgres', <<'SQL', extra_params => [ '-v', 'VERBOSITY=verbose' ]);
 SELECT sdp_create_flow('x', 'flights', 'zone_counts', 'icao24 text, lat float8',
   transform => $$SELECT 'z' AS zone, icao24 FROM input$$, operator => 'active_count',
-  options => '{"workers": 2, "key": "zone", "member": "icao24", "ttl": "1 min"}')
+  options => '{"workers": 2, "key": "zone", "member": "icao24", "ttl": "1 min", "capacity": 5}')
 SQL
-like($err, qr/0A000: a flow with operator "active_count" runs in one worker/, 'a stateful flow with 2 workers: refused');
+like($err, qr/0A000: flow "x" cannot run in 2 workers: its operator's key column "zone" is a constant/,
+	'a stateful flow with 2 workers whose key is a constant: refused (test 035 runs stateful flows in several workers)');
 SdpTest::query($node, "CREATE ROLE mallory LOGIN");
 ($rc, $out, $err) = $node->psql('postgres', "SET ROLE mallory; SELECT sdp_set_flow_workers('events2', 1)");
 like($err, qr/must be owner of flow "events2"/, 'only the owner changes a flow\'s workers');
