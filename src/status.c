@@ -8,6 +8,7 @@
 
 #include "access/htup_details.h"
 #include "access/xact.h"
+#include "access/xlog.h"
 #include "catalog/pg_authid.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
@@ -114,6 +115,47 @@ runtime_waiting_rows(ReturnSetInfo *rsinfo)
 		nulls[13] = false;
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
+}
+
+/*
+ * On a server in recovery (a streaming standby) no flow runs: the launcher
+ * starts when recovery ends (BgWorkerStart_RecoveryFinished), so a promoted
+ * standby starts its flows from the offsets and checkpoints it replicated.
+ * Meanwhile each enabled flow shows 'standby', with the reason.
+ */
+static void
+runtime_standby_rows(ReturnSetInfo *rsinfo)
+{
+	SdpCatalogScope scope;
+
+	if (!RecoveryInProgress())
+		return;
+	SPI_connect();
+	sdp_catalog_enter(&scope);
+	if (SPI_execute("SELECT name FROM sdp.flows WHERE enabled AND failed_at IS NULL ORDER BY name",
+					true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not read sdp.flows");
+	sdp_catalog_leave(&scope);
+	for (uint64 r = 0; r < SPI_processed; r++)
+	{
+		Datum		values[RUNTIME_COLS];
+		bool		nulls[RUNTIME_COLS];
+
+		for (int c = 0; c < RUNTIME_COLS; c++)
+		{
+			values[c] = (Datum) 0;
+			nulls[c] = true;
+		}
+		values[0] = CStringGetTextDatum(SPI_getvalue(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 1));
+		nulls[0] = false;
+		values[1] = CStringGetTextDatum("standby");
+		nulls[1] = false;
+		values[13] = CStringGetTextDatum("this server is in recovery (a standby): flows run on the primary, "
+										 "and start here from the replicated offsets when this server is promoted");
+		nulls[13] = false;
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	SPI_finish();
 }
 
 /*
@@ -230,7 +272,8 @@ min_time(TimestampTz a, TimestampTz b)
  * sdp_flow_runtime(): one row per flow that has worker slots, with what its
  * workers published: their sums, the worst of their states (and the error
  * of the worker in it, or the latest), the first live worker's pid; and
- * one row per enabled flow waiting for slots.
+ * one row per enabled flow waiting for slots; on a standby, one row per
+ * enabled flow in state 'standby'.
  */
 Datum
 sdp_flow_runtime(PG_FUNCTION_ARGS)
@@ -368,6 +411,7 @@ sdp_flow_runtime(PG_FUNCTION_ARGS)
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	runtime_waiting_rows(rsinfo);
+	runtime_standby_rows(rsinfo);
 	return (Datum) 0;
 }
 
