@@ -1,6 +1,6 @@
 /*
  * api.c
- *		SQL-callable declaration functions: sources and flows.
+ *		SQL-callable declaration functions: sources, sinks and flows.
  *
  * Every declaration is checked completely before anything is stored: a
  * flow that could not run is refused by sdp_create_flow with a specific
@@ -30,12 +30,15 @@
 #include "utils/syscache.h"
 
 #include "flow.h"
+#include "kafka_sink.h"
 #include "kafka_source.h"
 #include "operator.h"
 #include "pipeline.h"
 
 PG_FUNCTION_INFO_V1(sdp_create_source);
 PG_FUNCTION_INFO_V1(sdp_drop_source);
+PG_FUNCTION_INFO_V1(sdp_create_sink);
+PG_FUNCTION_INFO_V1(sdp_drop_sink);
 PG_FUNCTION_INFO_V1(sdp_create_flow);
 PG_FUNCTION_INFO_V1(sdp_start_flow);
 PG_FUNCTION_INFO_V1(sdp_stop_flow);
@@ -88,7 +91,7 @@ sdp_check_owner(Oid owner, const char *owner_name, const char *what, const char 
 		ereport(ERROR,
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 				 errmsg("must be owner of %s \"%s\"", what, name),
-				 errdetail("%s \"%s\" belongs to role \"%s\".", what[0] == 's' ? "Source" : "Flow", name, owner_name)));
+				 errdetail("%c%s \"%s\" belongs to role \"%s\".", pg_toupper((unsigned char) what[0]), what + 1, name, owner_name)));
 }
 
 /* Run a catalog statement with text/other parameters inside a catalog scope. */
@@ -238,7 +241,91 @@ sdp_drop_source(PG_FUNCTION_ARGS)
 }
 
 /*
- * sdp_create_flow(name, source, target regclass, schema, transform, operator, options)
+ * sdp_create_sink(name, bootstrap_servers, topic, options jsonb): a Kafka
+ * topic that sink flows produce to, with librdkafka producer properties.
+ */
+Datum
+sdp_create_sink(PG_FUNCTION_ARGS)
+{
+	char	   *name;
+	char	   *servers;
+	char	   *topic;
+	Jsonb	   *options = PG_ARGISNULL(3) ? NULL : PG_GETARG_JSONB_P(3);
+	SdpSinkDef	def;
+	Oid			argtypes[5] = {TEXTOID, TEXTOID, TEXTOID, JSONBOID, OIDOID};
+	Datum		values[5];
+	Oid			owner;
+	char	   *owner_name;
+
+	sdp_require_shmem();
+	sdp_require_flow_database();
+	name = checked_name(fcinfo, 0, "sink");
+	servers = required_text(fcinfo, 1, "bootstrap_servers");
+	topic = required_text(fcinfo, 2, "topic");
+	if (servers[0] == '\0')
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("bootstrap_servers must not be empty"),
+				 errhint("Give the brokers as host:port[,host:port...].")));
+	check_topic_name(topic);
+
+	memset(&def, 0, sizeof(def));
+	sdp_parse_sink_options(options, &def);
+	kafka_sink_validate_properties(def.properties);
+
+	SPI_connect();
+	if (lookup_owner("sinks", name, &owner, &owner_name))
+		ereport(ERROR,
+				(errcode(ERRCODE_DUPLICATE_OBJECT),
+				 errmsg("sink \"%s\" already exists", name)));
+	lock_current_role();
+	values[0] = CStringGetTextDatum(name);
+	values[1] = CStringGetTextDatum(servers);
+	values[2] = CStringGetTextDatum(topic);
+	values[3] = options ? JsonbPGetDatum(options) : DirectFunctionCall1(jsonb_in, CStringGetDatum("{}"));
+	values[4] = ObjectIdGetDatum(GetUserId());
+	catalog_execute(psprintf("INSERT INTO sdp.sinks (name, bootstrap_servers, topic, options, owner) "
+							 "VALUES ($1, $2, $3, $4, %s)", sdp_owner_value_sql("$5")),
+					5, argtypes, values, NULL, false);
+	SPI_finish();
+	PG_RETURN_VOID();
+}
+
+/*
+ * sdp_drop_sink(name): refused while a flow writes to it.
+ */
+Datum
+sdp_drop_sink(PG_FUNCTION_ARGS)
+{
+	char	   *name = checked_name(fcinfo, 0, "sink");
+	Oid			owner;
+	char	   *owner_name;
+	Oid			argtypes[1] = {TEXTOID};
+	Datum		values[1] = {CStringGetTextDatum(name)};
+
+	sdp_require_shmem();
+	SPI_connect();
+	if (!lookup_owner("sinks", name, &owner, &owner_name))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("sink \"%s\" does not exist", name)));
+	sdp_check_owner(owner, owner_name, "sink", name);
+	catalog_execute("SELECT string_agg(name, ', ' ORDER BY name) FROM sdp.flows WHERE sink = $1",
+					1, argtypes, values, NULL, true);
+	if (SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1) != NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_DEPENDENT_OBJECTS_STILL_EXIST),
+				 errmsg("cannot drop sink \"%s\" because flows write to it", name),
+				 errdetail("Flows writing to it: %s.", SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1)),
+				 errhint("Drop those flows first with sdp_drop_flow().")));
+	catalog_execute("DELETE FROM sdp.sinks WHERE name = $1", 1, argtypes, values, NULL, false);
+	SPI_finish();
+	PG_RETURN_VOID();
+}
+
+/*
+ * sdp_create_flow(name, source, target regclass, schema, transform, operator,
+ *				   options, sink): exactly one of target and sink.
  */
 Datum
 sdp_create_flow(PG_FUNCTION_ARGS)
@@ -250,6 +337,8 @@ sdp_create_flow(PG_FUNCTION_ARGS)
 	char	   *transform_sql = PG_ARGISNULL(4) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(4));
 	char	   *operator_name = PG_ARGISNULL(5) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(5));
 	Jsonb	   *options = PG_ARGISNULL(6) ? NULL : PG_GETARG_JSONB_P(6);
+	/* sink: from 0.4 (a 0.3 catalog's function has 7 arguments) */
+	char	   *sink_name = (PG_NARGS() > 7 && !PG_ARGISNULL(7)) ? text_to_cstring(PG_GETARG_TEXT_PP(7)) : NULL;
 	Oid			owner;
 	char	   *owner_name;
 	char	   *role_name = GetUserNameFromId(GetUserId(), false);
@@ -265,19 +354,25 @@ sdp_create_flow(PG_FUNCTION_ARGS)
 	int			npk;
 	AttrNumber *pk;
 	HeapTuple	roletup;
-	Oid			argtypes[8] = {TEXTOID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, JSONBOID, OIDOID};
-	Datum		values[8];
-	char		nulls[8];
+	Oid			argtypes[9] = {TEXTOID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, JSONBOID, OIDOID, TEXTOID};
+	Datum		values[9];
+	char		nulls[9];
 
 	sdp_require_shmem();
 	sdp_require_flow_database();
 	name = checked_name(fcinfo, 0, "flow");
 	source = required_text(fcinfo, 1, "source");
-	if (PG_ARGISNULL(2))
+	if (PG_ARGISNULL(2) && sink_name == NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("argument \"target\" must not be null")));
-	target = PG_GETARG_OID(2);
+				 errmsg("a flow needs a target table or a sink"),
+				 errhint("Give target => a table, or sink => a sink declared with sdp_create_sink().")));
+	if (!PG_ARGISNULL(2) && sink_name != NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("a flow has a target table or a sink, not both"),
+				 errhint("Declare two flows to write both.")));
+	target = PG_ARGISNULL(2) ? InvalidOid : PG_GETARG_OID(2);
 	schema_text = required_text(fcinfo, 3, "schema");
 	if (transform_sql && transform_sql[0] == '\0')
 		transform_sql = NULL;
@@ -302,6 +397,15 @@ sdp_create_flow(PG_FUNCTION_ARGS)
 				 errmsg("source \"%s\" does not exist", source),
 				 errhint("Declare it first with sdp_create_source(name, bootstrap_servers, topic).")));
 	sdp_check_owner(owner, owner_name, "source", source);
+	if (sink_name)
+	{
+		if (!lookup_owner("sinks", sink_name, &owner, &owner_name))
+			ereport(ERROR,
+					(errcode(ERRCODE_UNDEFINED_OBJECT),
+					 errmsg("sink \"%s\" does not exist", sink_name),
+					 errhint("Declare it first with sdp_create_sink(name, bootstrap_servers, topic).")));
+		sdp_check_owner(owner, owner_name, "sink", sink_name);
+	}
 	if (lookup_owner("flows", name, &owner, &owner_name))
 		ereport(ERROR,
 				(errcode(ERRCODE_DUPLICATE_OBJECT),
@@ -332,6 +436,21 @@ sdp_create_flow(PG_FUNCTION_ARGS)
 	}
 
 	check_flow_workers(opts.workers, op, NULL);
+	if (sink_name == NULL && opts.sink_key != NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("option \"sink_key\" is for a flow with a sink"),
+				 errhint("A flow into a table has no message key.")));
+	if (sink_name != NULL && (op != NULL || opts.workers > 1))
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("a flow with a sink cannot have %s yet", op ? "an operator" : "several workers"),
+				 op ? errhint("Write the operator's rows into a table.") : errhint("Run the flow in one worker.")));
+	if (sink_name != NULL && opts.mode_given && opts.mode != SDP_MODE_APPEND)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("a flow with a sink appends: mode \"%s\" is for a target table", sdp_write_mode_name(opts.mode)),
+				 errhint("Leave mode out; each row becomes one message, and the messages' key is option sink_key.")));
 
 	schema = sdp_parse_input_schema(schema_text);
 
@@ -340,6 +459,22 @@ sdp_create_flow(PG_FUNCTION_ARGS)
 	sdp_transform_prepare(&transform, schema, transform_sql);
 	sdp_transform_check_row_by_row(&transform, "the transform");
 	sdp_transform_check_runs(&transform);
+
+	if (sink_name)
+	{
+		/* a sink: the rows go into the outbox as (flow_id, key, value), as the worker will write them */
+		SdpTransform outbox;
+		Oid			outbox_rel = get_relname_relid("outbox", get_namespace_oid("sdp", false));
+
+		sdp_sink_check_key(transform.result_desc, opts.sink_key);
+		sdp_transform_prepare_generated(&outbox, schema, sdp_sink_outbox_sql(transform_sql, 0, opts.sink_key));
+		opts.mode = SDP_MODE_APPEND;
+		sdp_sink_prepare(&sink, outbox_rel, SDP_MODE_APPEND, outbox.result_desc, false);
+		sdp_sink_check_privileges(&sink, GetUserId());
+		PopActiveSnapshot();
+		target_name = NULL;
+		goto store;
+	}
 
 	/* The target; the operator's rows are written, if any; upsert when it has a primary key, unless told. */
 	rel = relation_open(target, AccessShareLock);
@@ -376,10 +511,12 @@ sdp_create_flow(PG_FUNCTION_ARGS)
 	PopActiveSnapshot();
 
 	/* Store it, with the resolved mode written out. */
+store:
 	memset(nulls, ' ', sizeof(nulls));
 	values[0] = CStringGetTextDatum(name);
 	values[1] = CStringGetTextDatum(source);
-	values[2] = CStringGetTextDatum(target_name);
+	values[2] = target_name ? CStringGetTextDatum(target_name) : (Datum) 0;
+	nulls[2] = target_name ? ' ' : 'n';
 	values[3] = CStringGetTextDatum(schema_text);
 	values[4] = transform_sql ? CStringGetTextDatum(transform_sql) : (Datum) 0;
 	nulls[4] = transform_sql ? ' ' : 'n';
@@ -390,10 +527,16 @@ sdp_create_flow(PG_FUNCTION_ARGS)
 									DirectFunctionCall1(jsonb_in,
 														CStringGetDatum(psprintf("{\"mode\": \"%s\"}", sdp_write_mode_name(opts.mode)))));
 	values[7] = ObjectIdGetDatum(GetUserId());
+	values[8] = sink_name ? CStringGetTextDatum(sink_name) : (Datum) 0;
 	lock_current_role();
-	catalog_execute(psprintf("INSERT INTO sdp.flows (name, source, target, schema, transform, operator, options, owner) "
-							 "VALUES ($1, $2, $3, $4, $5, $6, $7, %s)", sdp_owner_value_sql("$8")),
-					8, argtypes, values, nulls, false);
+	if (sink_name)
+		catalog_execute(psprintf("INSERT INTO sdp.flows (name, source, target, schema, transform, operator, options, owner, sink) "
+								 "VALUES ($1, $2, $3, $4, $5, $6, $7, %s, $9)", sdp_owner_value_sql("$8")),
+						9, argtypes, values, nulls, false);
+	else
+		catalog_execute(psprintf("INSERT INTO sdp.flows (name, source, target, schema, transform, operator, options, owner) "
+								 "VALUES ($1, $2, $3, $4, $5, $6, $7, %s)", sdp_owner_value_sql("$8")),
+						8, argtypes, values, nulls, false);
 	SPI_finish();
 
 	sdp_wake_launcher_at_commit();

@@ -41,6 +41,7 @@ typedef struct SdpFlowOptions
 	int			progress_interval_ms;
 	int			state_memory_limit_kb;
 	char	   *notify_channel;	/* NOTIFY this channel when a batch writes rows, or NULL */
+	char	   *sink_key;		/* a sink flow: the column that is the messages' key, or NULL */
 	Jsonb	   *operator_options;	/* the keys the flow itself does not know */
 } SdpFlowOptions;
 
@@ -54,6 +55,15 @@ typedef struct SdpSourceDef
 	bool		start_at_earliest;	/* starting_offsets */
 	List	   *properties;		/* librdkafka key, value pairs: List of char* */
 } SdpSourceDef;
+
+/* A Kafka sink (sdp.sinks): where a sink flow's rows are produced. */
+typedef struct SdpSinkDef
+{
+	char	   *name;
+	char	   *bootstrap_servers;
+	char	   *topic;
+	List	   *properties;		/* librdkafka producer key, value pairs: List of char* */
+} SdpSinkDef;
 
 /* How a JSON value becomes a datum of an input column. */
 typedef enum SdpDecodeKind
@@ -99,6 +109,7 @@ typedef struct SdpInputSchema
 /* flow_options.c */
 extern void sdp_parse_flow_options(Jsonb *options, SdpFlowOptions *opts);
 extern void sdp_parse_source_options(Jsonb *options, SdpSourceDef *source);
+extern void sdp_parse_sink_options(Jsonb *options, SdpSinkDef *sink);
 extern int	sdp_interval_option_ms(const char *option, const char *text);
 extern int64 sdp_interval_option_us(const char *option, const char *text);
 extern const char *sdp_write_mode_name(SdpWriteMode mode);

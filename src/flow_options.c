@@ -231,6 +231,15 @@ sdp_parse_flow_options(Jsonb *options, SdpFlowOptions *opts)
 						 errmsg("option \"notify\" must be a channel name of 1 to %d bytes", NAMEDATALEN - 1)));
 			opts->notify_channel = val;
 		}
+		else if (strcmp(key, "sink_key") == 0)
+		{
+			val = jsonb_scalar_text(key, &v);
+			if (val[0] == '\0')
+				ereport(ERROR,
+						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						 errmsg("option \"sink_key\" must name a column of the flow's rows")));
+			opts->sink_key = val;
+		}
 		else if (strcmp(key, "max_batch_rows") == 0)
 			opts->max_batch_rows = int_option(key, jsonb_scalar_text(key, &v), 1, 1000000);
 		else if (strcmp(key, "max_batch_bytes") == 0)
@@ -312,6 +321,38 @@ sdp_parse_source_options(Jsonb *options, SdpSourceDef *source)
 		}
 		else
 			source->properties = lappend(lappend(source->properties, key), val);
+	}
+}
+
+/*
+ * Parse a sink's options: librdkafka producer properties, passed through as
+ * strings (checked by kafka_sink_validate_properties).
+ */
+void
+sdp_parse_sink_options(Jsonb *options, SdpSinkDef *sink)
+{
+	JsonbIterator *it;
+	JsonbValue	v;
+	JsonbIteratorToken tok;
+
+	sink->properties = NIL;
+	if (options == NULL)
+		return;
+	if (!JB_ROOT_IS_OBJECT(options))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("sink options must be a JSON object")));
+
+	it = JsonbIteratorInit(&options->root);
+	while ((tok = JsonbIteratorNext(&it, &v, true)) != WJB_DONE)
+	{
+		char	   *key;
+
+		if (tok != WJB_KEY)
+			continue;
+		key = pnstrdup(v.val.string.val, v.val.string.len);
+		tok = JsonbIteratorNext(&it, &v, true);
+		sink->properties = lappend(lappend(sink->properties, key), jsonb_scalar_text(key, &v));
 	}
 }
 

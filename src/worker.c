@@ -54,6 +54,7 @@
 /* Backoff before running a batch again after an error not about the data. */
 #define SDP_RETRY_MIN_MS		100
 #define SDP_RETRY_MAX_MS		30000
+#define SDP_RELAY_RETRY_MAX_MS	2000	/* the relay retries at least this often */
 
 static FlowWorker *W = NULL;
 
@@ -132,6 +133,17 @@ sdp_flow_worker_main(Datum main_arg)
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
+	if (w->sink_def.name)
+	{
+		MemoryContext oldcxt = MemoryContextSwitchTo(w->flow_cxt);
+
+		w->relay = kafka_relay_create(&w->sink_def, w->args.flow_id, w->args.name);
+		w->relay_pending = true;	/* what an earlier worker left in the outbox */
+		MemoryContextSwitchTo(oldcxt);
+		ereport(LOG,
+				(errmsg("sdp flow \"%s\" produces to topic \"%s\" of sink \"%s\" through its outbox",
+						w->args.name, w->sink_def.topic, w->sink_def.name)));
+	}
 	if (w->args.nworkers > 1)
 		ereport(LOG,
 				(errmsg("sdp flow \"%s\" worker %d of %d consuming %d of the %d partitions of topic \"%s\" into %s",
@@ -287,9 +299,11 @@ load_declaration(FlowWorker *w)
 	List	   *names;
 
 	sdp_catalog_enter(&scope);
+	/* sink: through to_jsonb, which reads a 0.3 catalog (no such column) too */
 	if (SPI_execute_with_args("SELECT f.source, f.target, f.schema, f.transform, f.operator, f.options, "
 							  "       f.enabled, f.failed_at IS NOT NULL, "
-							  "       s.bootstrap_servers, s.topic, s.options, s.owner "
+							  "       s.bootstrap_servers, s.topic, s.options, s.owner, "
+							  "       pg_catalog.to_jsonb(f) OPERATOR(pg_catalog.->>) 'sink' "
 							  "  FROM sdp.flows f JOIN sdp.sources s ON s.name = f.source "
 							  " WHERE f.id = $1",
 							  1, argtypes, values, NULL, true, 1) != SPI_OK_SELECT)
@@ -315,6 +329,32 @@ load_declaration(FlowWorker *w)
 	w->source.topic = spi_text(tup, desc, 10);
 	source_options = DatumGetJsonbPCopy(SPI_getbinval(tup, desc, 11, &isnull));
 	w->source.owner = spi_text(tup, desc, 12);
+	w->sink_def.name = spi_text(tup, desc, 13);
+	MemoryContextSwitchTo(oldcxt);
+
+	if (w->sink_def.name)
+	{
+		/* a sink flow: its rows go to the outbox, with its offsets (kafka_sink.c) */
+		Oid			sink_types[1] = {TEXTOID};
+		Datum		sink_values[1] = {CStringGetTextDatum(w->sink_def.name)};
+		Jsonb	   *sink_options;
+
+		sdp_catalog_enter(&scope);
+		if (SPI_execute_with_args("SELECT bootstrap_servers, topic, options FROM sdp.sinks WHERE name = $1",
+								  1, sink_types, sink_values, NULL, true, 1) != SPI_OK_SELECT)
+			elog(ERROR, "could not read sink \"%s\"", w->sink_def.name);
+		sdp_catalog_leave(&scope);
+		if (SPI_processed == 0)
+			elog(ERROR, "sink \"%s\" of flow \"%s\" does not exist", w->sink_def.name, w->args.name);
+		oldcxt = MemoryContextSwitchTo(w->flow_cxt);
+		w->sink_def.bootstrap_servers = spi_text(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+		w->sink_def.topic = spi_text(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
+		sink_options = DatumGetJsonbPCopy(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &isnull));
+		sdp_parse_sink_options(sink_options, &w->sink_def);
+		w->target_name = pstrdup("sdp.outbox");
+		MemoryContextSwitchTo(oldcxt);
+	}
+	oldcxt = MemoryContextSwitchTo(w->flow_cxt);
 
 	/* Everything else runs as the owner; an error here is usually about the declaration. */
 	sdp_parse_source_options(source_options, &w->source);
@@ -328,13 +368,29 @@ load_declaration(FlowWorker *w)
 				(errcode(ERRCODE_UNDEFINED_TABLE),
 				 errmsg("target table %s of the flow does not exist", w->target_name)));
 
-	sdp_transform_prepare(&w->transform, w->schema, w->transform_sql);
-	if (w->operator_name)
+	if (w->sink_def.name)
+	{
+		SdpTransform own;
+
+		/* the flow's own rows name the key; the outbox rows are (flow_id, key, value) */
+		if (w->operator_name || w->args.nworkers > 1)
+			ereport(ERROR,
+					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+					 errmsg("a flow with a sink runs without operator, in one worker")));
+		sdp_transform_prepare(&own, w->schema, w->transform_sql);
+		sdp_sink_check_key(own.result_desc, w->opts.sink_key);
+		sdp_transform_prepare_generated(&w->transform, w->schema,
+										sdp_sink_outbox_sql(w->transform_sql, w->args.flow_id, w->opts.sink_key));
+		sdp_sink_prepare(&w->sink, w->target, SDP_MODE_APPEND, w->transform.result_desc, false);
+	}
+	else if (w->operator_name)
 	{
 		/* a stateful flow: the operator's rows, not the transform's, go to the target */
-		Relation	rel = relation_open(w->target, AccessShareLock);
+		Relation	rel;
 		TupleDesc	emitted;
 
+		sdp_transform_prepare(&w->transform, w->schema, w->transform_sql);
+		rel = relation_open(w->target, AccessShareLock);
 		w->op = sdp_find_operator(w->operator_name);
 		if (w->op == NULL)
 			ereport(ERROR,
@@ -345,8 +401,11 @@ load_declaration(FlowWorker *w)
 		sdp_sink_prepare(&w->sink, w->target, w->opts.mode, emitted, false);
 	}
 	else
+	{
+		sdp_transform_prepare(&w->transform, w->schema, w->transform_sql);
 		sdp_sink_prepare(&w->sink, w->target, w->opts.mode, w->transform.result_desc,
 						 w->transform_sql == NULL);
+	}
 	sdp_sink_check_privileges(&w->sink, GetUserId());
 	w->sink.flow_name = w->args.name;
 	if (w->transform.plan)
@@ -683,6 +742,8 @@ worker_run_batch(FlowWorker *w, Batch *b)
 			case SDP_BATCH_COMMITTED:
 				w->error_backoff_ms = 0;
 				sdp_batch_account(w, b);
+				if (w->relay && b->rows_written > 0)
+					w->relay_pending = true;
 				/* the error of a retry, or of an earlier worker of the flow, is over */
 				if (retried)
 					worker_set_state(w, SDP_FLOW_RUNNING, true);
@@ -766,6 +827,43 @@ wake_fetcher_if_behind(FlowWorker *w)
 		w->fetcher_wakes++;
 }
 
+/*
+ * A sink flow produces what its committed batches put in its outbox before
+ * it takes the next batch, so that the outbox holds at most one batch's
+ * rows while the sink can be written.  When it cannot (the sink's brokers
+ * are down), the flow consumes nothing either, and shows why; it waits with
+ * backoff, answering stop requests, and the relay goes on where it stood.
+ */
+static bool
+worker_relay(FlowWorker *w)
+{
+	char	   *error = NULL;
+	MemoryContext oldcxt = MemoryContextSwitchTo(w->batch_cxt);
+	bool		done;
+
+	pgstat_report_activity(STATE_RUNNING, "sdp: producing to the sink");
+	done = kafka_relay_drain(w->relay, &error);
+	pgstat_report_activity(STATE_IDLE, NULL);
+	if (done)
+	{
+		if (w->relay_backoff_ms > 0)
+			worker_set_state(w, SDP_FLOW_RUNNING, true);
+		w->relay_backoff_ms = 0;
+	}
+	else
+	{
+		w->relay_backoff_ms = Min(Max(w->relay_backoff_ms * 2, SDP_RETRY_MIN_MS), SDP_RELAY_RETRY_MAX_MS);
+		ereport(LOG, (errmsg("sdp flow \"%s\": %s, retrying in %d ms", w->args.name, error, w->relay_backoff_ms)));
+		sdp_worker_set_error(w, error);
+		worker_set_state(w, SDP_FLOW_RETRYING, false);
+	}
+	MemoryContextSwitchTo(oldcxt);
+	MemoryContextReset(w->batch_cxt);
+	if (!done)
+		sdp_worker_wait(w, w->relay_backoff_ms);
+	return done;
+}
+
 static void
 worker_loop(FlowWorker *w)
 {
@@ -791,6 +889,12 @@ worker_loop(FlowWorker *w)
 		}
 		if (w->op)
 			sdp_stateful_reload_if_changed(w);
+		if (w->relay_pending)
+		{
+			if (!worker_relay(w))
+				continue;
+			w->relay_pending = false;
+		}
 
 		n = worker_poll(w);
 		now = GetCurrentTimestamp();

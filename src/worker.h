@@ -9,6 +9,7 @@
  *	dead_letter.c	setting a message or row aside, and writing sdp.dead_letters
  *	offsets.c		partition assignment and the offsets stored with the rows
  *	skip.c			the messages the flow's owner asked it to skip
+ *	kafka_sink.c	a sink flow's relay from its outbox to its Kafka topic
  *	stateful.c		the operator stage, event time, checkpoints and their restore
  *
  * The launcher sees none of this: it includes worker_args.h.
@@ -25,6 +26,7 @@
 #include "storage/latch.h"
 
 #include "flow.h"
+#include "kafka_sink.h"
 #include "kafka_source.h"
 #include "metrics.h"
 #include "operator.h"
@@ -131,6 +133,12 @@ typedef struct FlowWorker
 	TimestampTz *wm_last;		/* when data last came (or when the partition was first seen) */
 	int64	   *wm_pos;			/* next offset, as far as this worker has read */
 	TimestampTz wm_last_data;	/* when data last came on any partition */
+
+	/* a sink flow (kafka_sink.c): its rows go to sdp.outbox, and the relay produces them */
+	SdpSinkDef	sink_def;		/* name NULL: the flow writes into its target table */
+	KafkaRelay *relay;
+	bool		relay_pending;	/* the outbox may hold rows */
+	int			relay_backoff_ms;	/* the relay could not write the sink: wait this long */
 
 	KafkaSource *kafka;
 	int			topic_partitions;	/* of the topic, as last listed */

@@ -1,0 +1,99 @@
+-- Declaring Kafka sinks and flows that write to them: what is accepted, what
+-- is refused, and who sees credentials.
+CREATE EXTENSION sdp_ext;
+
+-- Shows the SQLSTATE, message and hint of the error a statement raises.
+CREATE FUNCTION pg_temp.refused(stmt text) RETURNS text LANGUAGE plpgsql AS $$
+DECLARE st text; msg text; hint text;
+BEGIN
+  EXECUTE stmt;
+  RETURN 'accepted';
+EXCEPTION WHEN OTHERS THEN
+  GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, msg = MESSAGE_TEXT, hint = PG_EXCEPTION_HINT;
+  RETURN st || ': ' || msg || CASE WHEN hint <> '' THEN ' | hint: ' || hint ELSE '' END;
+END $$;
+
+-- Sinks
+SELECT sdp_create_sink('alerts', '127.0.0.1:9', 'zone-alerts', '{"linger.ms": 5, "compression.type": "lz4"}');
+SELECT name, bootstrap_servers, topic, options, owner = current_user::regrole AS mine FROM sdp.sinks;
+SELECT pg_temp.refused($$SELECT sdp_create_sink('alerts', '127.0.0.1:9', 'other')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_sink('', '127.0.0.1:9', 'x')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_sink('k', '', 'x')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_sink('k', NULL, 'x')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_sink('k', '127.0.0.1:9', 'bad topic!')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_sink('k', '127.0.0.1:9', 'x', '{"no.such.property": "1"}')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_sink('k', '127.0.0.1:9', 'x', '{"linger.ms": "soon"}')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_sink('k', '127.0.0.1:9', 'x', '{"transactional.id": "mine"}')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_sink('k', '127.0.0.1:9', 'x', '{"enable.idempotence": "false"}')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_sink('k', '127.0.0.1:9', 'x', '[1, 2]')$$);
+SELECT count(*) AS sinks FROM sdp.sinks;
+
+-- Credentials: only superusers read sdp.sinks; sdp.sink_list masks secrets
+-- and shows each role its own sinks.
+SELECT sdp_create_sink('secured', 'broker:9093', 'out',
+  '{"security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN", "sasl.username": "app", "sasl.password": "s3cr3t"}');
+CREATE ROLE sdp_sink_user LOGIN;
+GRANT sdp_sink_user TO CURRENT_USER;
+SET ROLE sdp_sink_user;
+SELECT pg_temp.refused($$SELECT options FROM sdp.sinks$$);
+SELECT pg_temp.refused($$INSERT INTO sdp.outbox (flow_id, key, value) VALUES (1, 'k', '{}')$$);
+SELECT count(*) AS visible_to_other_role FROM sdp.sink_list;
+SELECT sdp_create_sink('own', 'broker:9093', 'mine', '{"sasl.password": "p4ss", "sasl.username": "me"}');
+SELECT name, options FROM sdp.sink_list;
+SELECT pg_temp.refused($$SELECT sdp_drop_sink('alerts')$$);
+RESET ROLE;
+SELECT name, options->>'sasl.password' AS shown_password FROM sdp.sink_list ORDER BY name;
+
+-- Flows with a sink: exactly one of target and sink
+SELECT sdp_create_source('events', '127.0.0.1:9', 'events');
+CREATE TABLE events_out (seq bigint, zone text);
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'events', NULL, 'seq bigint, zone text', sink => 'nope')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'events', 'events_out', 'seq bigint, zone text', sink => 'alerts')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'events', NULL, 'seq bigint, zone text')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_flow(name => 'f', source => 'events', schema => 'seq bigint, zone text')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'events', NULL, 'seq bigint, zone text',
+                                                options => '{"sink_key": "region"}', sink => 'alerts')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'events', NULL, 'seq bigint, zone text',
+                                                transform => 'SELECT seq FROM input',
+                                                options => '{"sink_key": "zone"}', sink => 'alerts')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'events', 'events_out', 'seq bigint, zone text',
+                                                options => '{"sink_key": "zone"}')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'events', NULL, 'seq bigint, zone text',
+                                                options => '{"mode": "upsert"}', sink => 'alerts')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'events', NULL, 'seq bigint, zone text',
+                                                options => '{"workers": 2}', sink => 'alerts')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'events', NULL, 'zone text, icao24 text, ts timestamptz',
+                                                operator => 'active_count', options => '{"key": "zone", "member": "icao24", "ttl": "1 min"}',
+                                                sink => 'alerts')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'events', NULL, 'seq bigint, zone text',
+                                                transform => 'SELECT seq, nope FROM input', sink => 'alerts')$$);
+SELECT count(*) AS flows FROM sdp.flows;
+
+-- accepted: by name without a target, keyed; and by position without transform
+SELECT sdp_create_flow(name => 'to_alerts', source => 'events', schema => 'seq bigint, zone text',
+                       transform => 'SELECT seq, upper(zone) AS zone FROM input;',
+                       options => '{"sink_key": "zone"}', sink => 'alerts');
+SELECT sdp_create_flow('all_to_alerts', 'events', NULL, 'seq bigint, zone text', sink => 'alerts');
+SELECT name, target, sink, options FROM sdp.flows ORDER BY name;
+SELECT flow, target, source FROM sdp.flow_status ORDER BY flow;
+SELECT pg_temp.refused($$SELECT sdp_drop_sink('alerts')$$);
+
+-- a flow into a table, declared by position as before
+SELECT sdp_create_flow('to_table', 'events', 'events_out', 'seq bigint, zone text');
+SELECT name, target, sink FROM sdp.flows WHERE name = 'to_table';
+
+-- Dropping
+SELECT sdp_drop_flow('to_alerts');
+SELECT sdp_drop_flow('all_to_alerts');
+SELECT sdp_drop_flow('to_table');
+SELECT sdp_drop_sink('alerts');
+SELECT sdp_drop_sink('secured');
+SET ROLE sdp_sink_user;
+SELECT sdp_drop_sink('own');
+RESET ROLE;
+SELECT pg_temp.refused($$SELECT sdp_drop_sink('alerts')$$);
+SELECT count(*) AS sinks FROM sdp.sinks;
+SELECT sdp_drop_source('events');
+DROP TABLE events_out;
+DROP ROLE sdp_sink_user;
+DROP EXTENSION sdp_ext;

@@ -1,0 +1,646 @@
+/*
+ * kafka_sink.c
+ *		Kafka sinks: a sink flow's outbox, and the relay that produces it
+ *		to the sink's topic exactly once (docs/design-issue14.md).
+ *
+ * A sink flow writes its rows, by the ordinary write path and in its batch
+ * transaction (with the source offsets), into sdp.outbox: the flow's
+ * transform is wrapped so that each row becomes (flow_id, key, value), the
+ * value a JSON object of the row's columns (sdp_sink_outbox_sql).  seq
+ * comes from one sequence and the flow's worker is the only writer of its
+ * rows, so seq order is commit order.
+ *
+ * The relay runs in the flow's worker between batches: it produces the
+ * outbox rows in seq order, in Kafka transactions of a transactional
+ * producer whose transactional.id is the flow's (a restarted worker fences
+ * its predecessor on a real cluster), then deletes them.  Every message
+ * carries headers sdp-flow (the flow's id) and sdp-seq (the row's seq), and
+ * goes to a partition the relay computes from its key (librdkafka's
+ * consistent partitioner: CRC32 of the key; keyless rows by seq).  The
+ * messages are the relay's progress record: they commit or abort with the
+ * transaction.  At start, and after any transaction that did not commit,
+ * the relay reads back, with isolation.level=read_committed, the last
+ * message of the flow in each partition: a row is produced iff its seq is
+ * at most that message's sdp-seq in the row's partition.  Within a
+ * partition the idempotent producer writes in order and without gaps, so
+ * this holds on a real cluster (an aborted transaction is invisible) and on
+ * librdkafka's mock cluster too (which has no transactions: what an
+ * interrupted transaction wrote stays visible, a prefix in each partition).
+ * Rows found produced are deleted, the others are produced again.
+ *
+ * A row is produced only once its batch's commit is flushed to WAL: with
+ * synchronous_commit off, a crash could otherwise lose a batch (rows and
+ * offsets) whose messages were already out, and the replayed input would
+ * be produced a second time under new seqs.
+ *
+ * Threads: librdkafka's threads are created with every signal blocked;
+ * no callback calls PostgreSQL (none is set but the default logger).
+ * Blocking librdkafka calls take at most RELAY_TIMEOUT_MS, and the worker
+ * waits on its latch between attempts.
+ */
+#include "kafka_sink.h"
+
+#include <pthread.h>
+#include <signal.h>
+
+#include <librdkafka/rdkafka.h>
+
+#include "access/xact.h"
+#include "access/xlog.h"
+#include "catalog/pg_type.h"
+#include "commands/dbcommands.h"
+#include "executor/spi.h"
+#include "miscadmin.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+
+#define RELAY_ROWS_PER_TXN	10000
+#define RELAY_TIMEOUT_MS	2000
+#define RELAY_READBACK		1000	/* messages read back at a time, from a partition's end */
+
+/* Properties the relay sets itself. */
+static const char *const reserved_sink_properties[] = {
+	"bootstrap.servers", "metadata.broker.list", "transactional.id", "enable.idempotence",
+	"partitioner", "isolation.level",
+};
+
+/* Defaults, unless the sink's options say otherwise. */
+static const char *const default_sink_properties[][2] = {
+	{"socket.nagle.disable", "true"},
+	{"linger.ms", "1"},
+	{"reconnect.backoff.max.ms", "1000"},
+	{"log_level", "4"},
+};
+
+struct KafkaRelay
+{
+	char	   *flow_name;
+	int64		flow_id;
+	char		flow_id_text[24];
+	char	   *txn_id;
+	SdpSinkDef	def;
+	MemoryContext cxt;			/* rows of one round */
+
+	rd_kafka_t *rk;
+	rd_kafka_topic_t *rkt;
+	bool		initialized;	/* init_transactions done */
+	bool		recovered;		/* the outbox agrees with the topic */
+	bool		in_txn;			/* rows produced, commit pending */
+	bool		aborting;		/* the transaction failed: abort pending */
+	int64		txn_last_seq;	/* the last seq of the open transaction */
+	int			npartitions;
+};
+
+static bool
+is_reserved(const char *key)
+{
+	for (int i = 0; i < lengthof(reserved_sink_properties); i++)
+		if (strcmp(key, reserved_sink_properties[i]) == 0)
+			return true;
+	return false;
+}
+
+/*
+ * Check a sink's librdkafka producer properties without connecting
+ * anywhere, for sdp_create_sink.
+ */
+void
+kafka_sink_validate_properties(List *properties)
+{
+	rd_kafka_conf_t *conf = rd_kafka_conf_new();
+	ListCell   *lc;
+	char		errstr[512];
+
+	for (lc = list_head(properties); lc != NULL; lc = lnext(properties, lnext(properties, lc)))
+	{
+		const char *key = lfirst(lc);
+		const char *val = lfirst(lnext(properties, lc));
+
+		if (is_reserved(key))
+		{
+			rd_kafka_conf_destroy(conf);
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("librdkafka property \"%s\" cannot be set on a sink", key),
+					 errdetail("sdp_ext sets it itself: a sink flow produces with a transactional producer of its own, and chooses each message's partition by its key."),
+					 (strcmp(key, "bootstrap.servers") == 0 || strcmp(key, "metadata.broker.list") == 0) ?
+					 errhint("Give the brokers as the bootstrap_servers argument.") : 0));
+		}
+		if (rd_kafka_conf_set(conf, key, val, errstr, sizeof(errstr)) != RD_KAFKA_CONF_OK)
+		{
+			rd_kafka_conf_destroy(conf);
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("invalid librdkafka property \"%s\": %s", key, errstr),
+					 errhint("Sink options are librdkafka producer configuration properties.")));
+		}
+	}
+	rd_kafka_conf_destroy(conf);
+}
+
+/* The sink_key option names a column of the flow's rows. */
+void
+sdp_sink_check_key(TupleDesc rows, const char *sink_key)
+{
+	if (sink_key == NULL)
+		return;
+	for (int i = 0; i < rows->natts; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(rows, i);
+
+		if (!att->attisdropped && strcmp(NameStr(att->attname), sink_key) == 0)
+			return;
+	}
+	ereport(ERROR,
+			(errcode(ERRCODE_UNDEFINED_COLUMN),
+			 errmsg("sink_key column \"%s\" is not a column of the flow's rows", sink_key),
+			 errhint("Name a column of the transform's result (or of the input schema, for a flow without transform).")));
+}
+
+/*
+ * The transform that fills a sink flow's outbox: the flow's own (or the
+ * input without its Kafka metadata columns) as a subquery, each row as
+ * (flow_id, key, value), value the JSON object of its columns, which is
+ * what a source's JSON decoding reads back.
+ */
+char *
+sdp_sink_outbox_sql(const char *transform_sql, int64 flow_id, const char *sink_key)
+{
+	char	   *key = sink_key ? psprintf("(r.%s)::pg_catalog.text", quote_identifier(sink_key))
+		: pstrdup("NULL::pg_catalog.text");
+
+	if (transform_sql == NULL)
+		return psprintf("SELECT " INT64_FORMAT "::pg_catalog.int8 AS flow_id, %s AS key, "
+						"(pg_catalog.to_jsonb(r) OPERATOR(pg_catalog.-) "
+						"'{kafka_topic,kafka_partition,kafka_offset,kafka_key,kafka_timestamp}'::pg_catalog.text[])"
+						"::pg_catalog.text AS value FROM input r",
+						flow_id, key);
+	else
+	{
+		/* the transform as a subquery: without a final semicolon */
+		char	   *sql = pstrdup(transform_sql);
+		int			len = strlen(sql);
+
+		while (len > 0 && (sql[len - 1] == ';' || isspace((unsigned char) sql[len - 1])))
+			sql[--len] = '\0';
+		return psprintf("SELECT " INT64_FORMAT "::pg_catalog.int8 AS flow_id, %s AS key, "
+						"pg_catalog.to_jsonb(r)::pg_catalog.text AS value FROM (%s\n) r",
+						flow_id, key, sql);
+	}
+}
+
+/* rd_kafka_new with every signal blocked, so that librdkafka's threads never take one. */
+static rd_kafka_t *
+new_client(rd_kafka_type_t type, rd_kafka_conf_t *conf, char *errstr, size_t errlen)
+{
+	sigset_t	all,
+				saved;
+	rd_kafka_t *rk;
+
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &saved);
+	rk = rd_kafka_new(type, conf, errstr, errlen);
+	pthread_sigmask(SIG_SETMASK, &saved, NULL);
+	return rk;
+}
+
+/* A client configuration: defaults, the sink's properties, then ours. */
+static rd_kafka_conf_t *
+relay_conf(KafkaRelay *r, const char *const (*ours)[2], int nours)
+{
+	rd_kafka_conf_t *conf = rd_kafka_conf_new();
+	char		errstr[512];
+	ListCell   *lc;
+
+	for (int i = 0; i < lengthof(default_sink_properties); i++)
+		(void) rd_kafka_conf_set(conf, default_sink_properties[i][0], default_sink_properties[i][1],
+								 errstr, sizeof(errstr));
+	for (lc = list_head(r->def.properties); lc != NULL; lc = lnext(r->def.properties, lnext(r->def.properties, lc)))
+		(void) rd_kafka_conf_set(conf, lfirst(lc), lfirst(lnext(r->def.properties, lc)), errstr, sizeof(errstr));
+	(void) rd_kafka_conf_set(conf, "bootstrap.servers", r->def.bootstrap_servers, errstr, sizeof(errstr));
+	for (int i = 0; i < nours; i++)
+		(void) rd_kafka_conf_set(conf, ours[i][0], ours[i][1], errstr, sizeof(errstr));
+	return conf;
+}
+
+KafkaRelay *
+kafka_relay_create(const SdpSinkDef *sink, int64 flow_id, const char *flow_name)
+{
+	KafkaRelay *r = palloc0(sizeof(KafkaRelay));
+
+	r->flow_name = pstrdup(flow_name);
+	r->flow_id = flow_id;
+	snprintf(r->flow_id_text, sizeof(r->flow_id_text), INT64_FORMAT, flow_id);
+	/* stable per flow: the next worker of the flow fences this one */
+	r->txn_id = psprintf("sdp-%s-flow-" INT64_FORMAT, sdp_database, flow_id);
+	r->def = *sink;
+	r->cxt = AllocSetContextCreate(CurrentMemoryContext, "sdp relay rows", ALLOCSET_DEFAULT_SIZES);
+	return r;
+}
+
+static void
+relay_destroy_producer(KafkaRelay *r)
+{
+	if (r->rkt)
+		rd_kafka_topic_destroy(r->rkt);
+	if (r->rk)
+		rd_kafka_destroy(r->rk);
+	r->rkt = NULL;
+	r->rk = NULL;
+	r->initialized = false;
+	r->recovered = false;
+	r->in_txn = false;
+	r->aborting = false;
+}
+
+static bool
+relay_create_producer(KafkaRelay *r, char **error)
+{
+	const char *const ours[][2] = {
+		{"transactional.id", r->txn_id},
+		{"enable.idempotence", "true"},
+	};
+	char		errstr[512];
+	rd_kafka_conf_t *conf = relay_conf(r, ours, lengthof(ours));
+
+	r->rk = new_client(RD_KAFKA_PRODUCER, conf, errstr, sizeof(errstr));
+	if (r->rk == NULL)
+	{
+		*error = psprintf("could not create the producer: %s", errstr);
+		return false;
+	}
+	r->rkt = rd_kafka_topic_new(r->rk, r->def.topic, NULL);
+	return true;
+}
+
+/*
+ * A transactional call failed: what comes next.  A fatal error (fenced by
+ * a newer producer of the flow, say) or one that is neither retriable nor
+ * abortable starts over with a new producer; an abortable one aborts; a
+ * retriable one (a timeout) is retried as is.  Either of the first two is
+ * followed by a read-back of the topic.
+ */
+static bool
+relay_failed(KafkaRelay *r, const char *what, rd_kafka_error_t *err, char **error)
+{
+	*error = psprintf("sink \"%s\": %s: %s", r->def.name, what, rd_kafka_error_string(err));
+	if (rd_kafka_error_is_fatal(err) ||
+		(!rd_kafka_error_is_retriable(err) && !rd_kafka_error_txn_requires_abort(err)))
+		relay_destroy_producer(r);
+	else if (rd_kafka_error_txn_requires_abort(err))
+	{
+		r->in_txn = false;
+		r->aborting = true;
+	}
+	rd_kafka_error_destroy(err);
+	return false;
+}
+
+/* Which partition a row goes to: a function of its key, so that the read-back finds it. */
+static int32
+row_partition(KafkaRelay *r, const char *key, int64 seq)
+{
+	if (key == NULL)
+		return (int32) (seq % r->npartitions);
+	return rd_kafka_msg_partitioner_consistent(r->rkt, key, strlen(key), r->npartitions, NULL, NULL);
+}
+
+/* Run a statement on the outbox, in a transaction of its own, as the extension. */
+static void
+outbox_begin(void)
+{
+	sdp_start_transaction();
+	SPI_connect();
+	PushActiveSnapshot(GetTransactionSnapshot());
+}
+
+static void
+outbox_end(void)
+{
+	PopActiveSnapshot();
+	SPI_finish();
+	CommitTransactionCommand();
+}
+
+static void
+outbox_execute(const char *sql, int nargs, Oid *types, Datum *values, bool read_only)
+{
+	SdpCatalogScope scope;
+	int			rc;
+
+	sdp_catalog_enter(&scope);
+	rc = SPI_execute_with_args(sql, nargs, types, values, NULL, read_only, 0);
+	sdp_catalog_leave(&scope);
+	if (rc < 0)
+		elog(ERROR, "statement on sdp.outbox failed: %s", SPI_result_code_string(rc));
+}
+
+static void
+outbox_delete_upto(KafkaRelay *r, int64 seq)
+{
+	Oid			types[2] = {INT8OID, INT8OID};
+	Datum		values[2] = {Int64GetDatum(r->flow_id), Int64GetDatum(seq)};
+
+	outbox_begin();
+	outbox_execute("DELETE FROM sdp.outbox WHERE flow_id = $1 AND seq <= $2", 2, types, values, false);
+	outbox_end();
+}
+
+/*
+ * The last seq of this flow in partition p as a read_committed consumer
+ * sees it, or -1: read back from the partition's end, RELAY_READBACK
+ * messages at a time, until a message of the flow is found.
+ */
+static bool
+readback_partition(KafkaRelay *r, rd_kafka_t *reader, int32 p, int64 *last, char **error)
+{
+	int64		low,
+				high,
+				end;
+	rd_kafka_resp_err_t err;
+
+	*last = -1;
+	err = rd_kafka_query_watermark_offsets(reader, r->def.topic, p, &low, &high, RELAY_TIMEOUT_MS);
+	if (err)
+	{
+		*error = psprintf("sink \"%s\": reading back partition %d: %s", r->def.name, p, rd_kafka_err2str(err));
+		return false;
+	}
+	for (end = high; *last < 0 && end > low;)
+	{
+		int64		from = Max(low, end - RELAY_READBACK);
+		rd_kafka_topic_partition_list_t *list = rd_kafka_topic_partition_list_new(1);
+		TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), 5 * RELAY_TIMEOUT_MS);
+		bool		done = false;
+
+		rd_kafka_topic_partition_list_add(list, r->def.topic, p)->offset = from;
+		err = rd_kafka_assign(reader, list);
+		rd_kafka_topic_partition_list_destroy(list);
+		if (err)
+		{
+			*error = psprintf("sink \"%s\": reading back partition %d: %s", r->def.name, p, rd_kafka_err2str(err));
+			return false;
+		}
+		while (!done)
+		{
+			rd_kafka_message_t *m;
+
+			CHECK_FOR_INTERRUPTS();
+			if (GetCurrentTimestamp() > deadline)
+			{
+				*error = psprintf("sink \"%s\": reading back partition %d: timed out", r->def.name, p);
+				(void) rd_kafka_assign(reader, NULL);
+				return false;
+			}
+			m = rd_kafka_consumer_poll(reader, 100);
+			if (m == NULL)
+				continue;
+			if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF)
+				done = true;
+			else if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR)
+			{
+				rd_kafka_headers_t *hdrs;
+				const void *flow,
+						   *seq;
+				size_t		flow_len,
+							seq_len;
+
+				if (rd_kafka_message_headers(m, &hdrs) == RD_KAFKA_RESP_ERR_NO_ERROR &&
+					rd_kafka_header_get_last(hdrs, "sdp-flow", &flow, &flow_len) == RD_KAFKA_RESP_ERR_NO_ERROR &&
+					flow_len == strlen(r->flow_id_text) && memcmp(flow, r->flow_id_text, flow_len) == 0 &&
+					rd_kafka_header_get_last(hdrs, "sdp-seq", &seq, &seq_len) == RD_KAFKA_RESP_ERR_NO_ERROR &&
+					seq_len < 24)
+				{
+					char		buf[24];
+
+					memcpy(buf, seq, seq_len);
+					buf[seq_len] = '\0';
+					*last = Max(*last, strtoi64(buf, NULL, 10));
+				}
+				if (m->offset >= end - 1)
+					done = true;
+			}
+			rd_kafka_message_destroy(m);
+		}
+		(void) rd_kafka_assign(reader, NULL);
+		end = from;
+	}
+	return true;
+}
+
+/*
+ * Bring the outbox in line with the topic: read back the flow's last seq
+ * in every partition, and delete the rows that are produced.
+ */
+static bool
+relay_recover(KafkaRelay *r, char **error)
+{
+	const char *const ours[][2] = {
+		{"isolation.level", "read_committed"},
+		{"enable.partition.eof", "true"},
+		{"enable.auto.commit", "false"},
+		{"group.id", r->txn_id},
+	};
+	const struct rd_kafka_metadata *md;
+	rd_kafka_resp_err_t err;
+	rd_kafka_t *reader;
+	char		errstr[512];
+	int64	   *last;
+	bool		ok = true;
+	Oid			types[2] = {INT8OID, INT8ARRAYOID};
+	Datum		values[2];
+	Datum	   *produced;
+	int			nproduced = 0;
+
+	err = rd_kafka_metadata(r->rk, 0, r->rkt, &md, RELAY_TIMEOUT_MS);
+	if (err)
+	{
+		*error = psprintf("sink \"%s\": topic \"%s\": %s", r->def.name, r->def.topic, rd_kafka_err2str(err));
+		return false;
+	}
+	if (md->topic_cnt != 1 || md->topics[0].err || md->topics[0].partition_cnt <= 0)
+	{
+		*error = psprintf("sink \"%s\": topic \"%s\": %s", r->def.name, r->def.topic,
+						  md->topic_cnt == 1 && md->topics[0].err ? rd_kafka_err2str(md->topics[0].err) : "no partitions");
+		rd_kafka_metadata_destroy(md);
+		return false;
+	}
+	r->npartitions = md->topics[0].partition_cnt;
+	rd_kafka_metadata_destroy(md);
+
+	reader = new_client(RD_KAFKA_CONSUMER, relay_conf(r, ours, lengthof(ours)), errstr, sizeof(errstr));
+	if (reader == NULL)
+	{
+		*error = psprintf("sink \"%s\": could not create the read-back consumer: %s", r->def.name, errstr);
+		return false;
+	}
+	last = palloc(sizeof(int64) * r->npartitions);
+	for (int p = 0; ok && p < r->npartitions; p++)
+		ok = readback_partition(r, reader, p, &last[p], error);
+	rd_kafka_destroy(reader);
+	if (!ok)
+		return false;
+
+	/* the rows found produced go */
+	outbox_begin();
+	values[0] = Int64GetDatum(r->flow_id);
+	outbox_execute("SELECT seq, key FROM sdp.outbox WHERE flow_id = $1 ORDER BY seq", 1, types, values, true);
+	produced = palloc(sizeof(Datum) * Max(1, SPI_processed));
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		bool		isnull;
+		int64		seq = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));
+		char	   *key = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2);
+
+		if (seq <= last[row_partition(r, key, seq)])
+			produced[nproduced++] = Int64GetDatum(seq);
+	}
+	if (nproduced > 0)
+	{
+		values[1] = PointerGetDatum(construct_array(produced, nproduced, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+		outbox_execute("DELETE FROM sdp.outbox WHERE flow_id = $1 AND seq = ANY ($2)", 2, types, values, false);
+	}
+	outbox_end();
+	if (nproduced > 0)
+		ereport(LOG,
+				(errmsg("sdp flow \"%s\": %d rows of its outbox were already in topic \"%s\"",
+						r->flow_name, nproduced, r->def.topic)));
+	pfree(last);
+	return true;
+}
+
+/*
+ * Produce the next outbox rows in a transaction (begun here, committed by
+ * the caller).  Returns the number of rows, 0 when the outbox is empty.
+ */
+static int
+relay_produce(KafkaRelay *r, char **error)
+{
+	MemoryContext oldcxt;
+	Oid			types[1] = {INT8OID};
+	Datum		values[1] = {Int64GetDatum(r->flow_id)};
+	rd_kafka_error_t *kerr;
+	int			n;
+	int64	   *seqs;
+	char	  **keys;
+	char	  **vals;
+
+	MemoryContextReset(r->cxt);
+	outbox_begin();
+	outbox_execute(psprintf("SELECT seq, key, value FROM sdp.outbox WHERE flow_id = $1 ORDER BY seq LIMIT %d",
+							RELAY_ROWS_PER_TXN), 1, types, values, true);
+	n = (int) SPI_processed;
+	oldcxt = MemoryContextSwitchTo(r->cxt);
+	seqs = palloc(sizeof(int64) * Max(n, 1));
+	keys = palloc(sizeof(char *) * Max(n, 1));
+	vals = palloc(sizeof(char *) * Max(n, 1));
+	for (int i = 0; i < n; i++)
+	{
+		bool		isnull;
+
+		seqs[i] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));
+		keys[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2);
+		vals[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 3);
+	}
+	MemoryContextSwitchTo(oldcxt);
+	outbox_end();
+	if (n == 0)
+		return 0;
+
+	/* the batches these rows come from are durable before any of them is out */
+	XLogFlush(GetXLogInsertRecPtr());
+
+	kerr = rd_kafka_begin_transaction(r->rk);
+	if (kerr)
+		return relay_failed(r, "begin_transaction", kerr, error) ? 0 : -1;
+	r->in_txn = true;
+	for (int i = 0; i < n; i++)
+	{
+		char		seq_text[24];
+		rd_kafka_resp_err_t err;
+
+		snprintf(seq_text, sizeof(seq_text), INT64_FORMAT, seqs[i]);
+		for (;;)
+		{
+			err = rd_kafka_producev(r->rk,
+									RD_KAFKA_V_RKT(r->rkt),
+									RD_KAFKA_V_PARTITION(row_partition(r, keys[i], seqs[i])),
+									RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+									RD_KAFKA_V_KEY(keys[i], keys[i] ? strlen(keys[i]) : 0),
+									RD_KAFKA_V_VALUE(vals[i], strlen(vals[i])),
+									RD_KAFKA_V_HEADER("sdp-flow", r->flow_id_text, -1),
+									RD_KAFKA_V_HEADER("sdp-seq", seq_text, -1),
+									RD_KAFKA_V_END);
+			if (err != RD_KAFKA_RESP_ERR__QUEUE_FULL)
+				break;
+			/* the local queue is full: let librdkafka send some */
+			rd_kafka_poll(r->rk, 10);
+			CHECK_FOR_INTERRUPTS();
+		}
+		if (err)
+		{
+			*error = psprintf("sink \"%s\": produce: %s", r->def.name, rd_kafka_err2str(err));
+			r->in_txn = false;
+			r->aborting = true;
+			return -1;
+		}
+	}
+	r->txn_last_seq = seqs[n - 1];
+	return n;
+}
+
+/*
+ * Produce everything in the flow's outbox.  True when it is empty (every
+ * row produced, committed and deleted); false with the reason in *error
+ * when the sink cannot be written now: the caller waits and calls again,
+ * and the relay goes on from where it stands (a commit to retry, an abort
+ * to finish, the topic to read back).
+ */
+bool
+kafka_relay_drain(KafkaRelay *r, char **error)
+{
+	rd_kafka_error_t *kerr;
+
+	for (;;)
+	{
+		int			n;
+
+		CHECK_FOR_INTERRUPTS();
+		if (r->rk == NULL && !relay_create_producer(r, error))
+			return false;
+		if (!r->initialized)
+		{
+			if ((kerr = rd_kafka_init_transactions(r->rk, RELAY_TIMEOUT_MS)) != NULL)
+				return relay_failed(r, "init_transactions", kerr, error);
+			r->initialized = true;
+		}
+		if (r->aborting)
+		{
+			if ((kerr = rd_kafka_abort_transaction(r->rk, RELAY_TIMEOUT_MS)) != NULL)
+				return relay_failed(r, "abort_transaction", kerr, error);
+			r->aborting = false;
+			r->recovered = false;
+		}
+		if (r->in_txn)
+		{
+			if ((kerr = rd_kafka_commit_transaction(r->rk, RELAY_TIMEOUT_MS)) != NULL)
+				return relay_failed(r, "commit_transaction", kerr, error);
+			r->in_txn = false;
+			outbox_delete_upto(r, r->txn_last_seq);
+			continue;
+		}
+		if (!r->recovered)
+		{
+			if (!relay_recover(r, error))
+				return false;
+			r->recovered = true;
+		}
+		n = relay_produce(r, error);
+		if (n < 0)
+			return false;
+		if (n == 0)
+			return true;
+	}
+}
