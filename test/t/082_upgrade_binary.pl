@@ -68,6 +68,7 @@ sub extversion { SdpTest::query($node, "SELECT extversion FROM pg_extension WHER
 my %added = (
 	'0.2' => { symbol => 'sdp_skip_message', args => '(text, int, bigint)' },
 	'0.3' => { symbol => 'sdp_set_flow_workers', args => '(text, int)' },
+	'0.4' => { symbol => 'sdp_create_sink', args => '(text, text, text, jsonb)' },
 );
 die "test 082 does not know what version $new_version added" unless $added{$new_version};
 sub owner_type
@@ -159,6 +160,16 @@ if ($new_version eq '0.3')
 	ok($node->poll_query_until('postgres',
 			"SELECT count(*) = 2 FROM sdp.flow_workers WHERE flow = 'events_flow' AND state = 'running'"),
 		'0.3: events_flow runs in 2 workers (sdp_set_flow_workers, sdp.flow_workers)');
+}
+if ($new_version eq '0.4')
+{
+	# 0.4: Kafka sinks; sdp_create_flow gained sink (dropped and created again): the flows keep their targets
+	is(SdpTest::query($node,
+			"SELECT string_agg(name || ':' || target || ':' || coalesce(sink, '-'), ',' ORDER BY name) FROM sdp.flows"),
+		'events_flow:public.events:-,zone_flow:public.zone_alerts:-', '0.4: the flows keep their targets, no sink');
+	SdpTest::query($node, "SELECT sdp_create_sink('zsink', '" . $broker->bootstrap . "', 'zflights-out')");
+	is(SdpTest::query($node, "SELECT name || ':' || topic FROM sdp.sink_list"), 'zsink:zflights-out',
+		'0.4: sdp_create_sink');
 }
 my $producer2 = SdpKafka::start_flightsim(
 	bootstrap => $broker->bootstrap, topic => 'raw-flights',
