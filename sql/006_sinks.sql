@@ -78,6 +78,18 @@ SELECT name, target, sink, options FROM sdp.flows ORDER BY name;
 SELECT flow, target, source FROM sdp.flow_status ORDER BY flow;
 SELECT pg_temp.refused($$SELECT sdp_drop_sink('alerts')$$);
 
+-- the outbox takes rows of a role's own sink flows only
+SET ROLE sdp_sink_user;
+SELECT sdp_create_source('usrc', '127.0.0.1:9', 'events');
+SELECT sdp_create_flow('user_flow', 'usrc', NULL, 'seq bigint', sink => 'own');
+SELECT pg_temp.refused($$INSERT INTO sdp.outbox (flow_id, key, value) SELECT id, 'k', '{}' FROM sdp.flows WHERE name = 'user_flow'$$);
+SELECT pg_temp.refused($$INSERT INTO sdp.outbox (flow_id, key, value) SELECT id, 'k', '{}' FROM sdp.flows WHERE name = 'to_alerts'$$);
+SELECT pg_temp.refused($$SELECT * FROM sdp.outbox$$);
+SELECT sdp_drop_flow('user_flow');
+SELECT sdp_drop_source('usrc');
+RESET ROLE;
+SELECT count(*) AS outbox_rows_left FROM sdp.outbox;
+
 -- a flow into a table, declared by position as before
 SELECT sdp_create_flow('to_table', 'events', 'events_out', 'seq bigint, zone text');
 SELECT name, target, sink FROM sdp.flows WHERE name = 'to_table';
@@ -88,9 +100,19 @@ SELECT sdp_drop_flow('all_to_alerts');
 SELECT sdp_drop_flow('to_table');
 SELECT sdp_drop_sink('alerts');
 SELECT sdp_drop_sink('secured');
+-- Roles: an owner of sinks is not dropped; REASSIGN OWNED and DROP OWNED take its sinks along
+SELECT pg_temp.refused($$DROP ROLE sdp_sink_user$$);
 SET ROLE sdp_sink_user;
-SELECT sdp_drop_sink('own');
+SELECT sdp_create_sink('own2', 'broker:9093', 'mine2');
 RESET ROLE;
+REASSIGN OWNED BY sdp_sink_user TO CURRENT_USER;
+SELECT name, owner = current_user::regrole AS reassigned FROM sdp.sinks ORDER BY name;
+SELECT sdp_drop_sink('own2');
+SELECT sdp_drop_sink('own');
+SET ROLE sdp_sink_user;
+SELECT sdp_create_sink('own3', 'broker:9093', 'mine3');
+RESET ROLE;
+DROP OWNED BY sdp_sink_user;
 SELECT pg_temp.refused($$SELECT sdp_drop_sink('alerts')$$);
 SELECT count(*) AS sinks FROM sdp.sinks;
 SELECT sdp_drop_source('events');

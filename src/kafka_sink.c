@@ -372,7 +372,7 @@ readback_partition(KafkaRelay *r, rd_kafka_t *reader, int32 p, int64 *last, char
 	{
 		int64		from = Max(low, end - RELAY_READBACK);
 		rd_kafka_topic_partition_list_t *list = rd_kafka_topic_partition_list_new(1);
-		TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), 5 * RELAY_TIMEOUT_MS);
+		TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), 3 * RELAY_TIMEOUT_MS);
 		bool		done = false;
 
 		rd_kafka_topic_partition_list_add(list, r->def.topic, p)->offset = from;
@@ -399,7 +399,15 @@ readback_partition(KafkaRelay *r, rd_kafka_t *reader, int32 p, int64 *last, char
 				continue;
 			if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF)
 				done = true;
-			else if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR)
+			else if (m->err != RD_KAFKA_RESP_ERR_NO_ERROR)
+			{
+				/* a broker that went away, say: start over with a new reader, after a wait */
+				*error = psprintf("sink \"%s\": reading back partition %d: %s", r->def.name, p, rd_kafka_message_errstr(m));
+				rd_kafka_message_destroy(m);
+				(void) rd_kafka_assign(reader, NULL);
+				return false;
+			}
+			else
 			{
 				rd_kafka_headers_t *hdrs;
 				const void *flow,

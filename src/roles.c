@@ -121,6 +121,15 @@ catalogs_here(void)
 	return IsTransactionState() && OidIsValid(get_extension_oid(SDP_EXTENSION_NAME, true));
 }
 
+/* Whether the catalogs have sinks (0.4 and later). */
+static bool
+sinks_here(void)
+{
+	Oid			nsp = get_namespace_oid("sdp", true);
+
+	return OidIsValid(nsp) && OidIsValid(get_relname_relid("sinks", nsp));
+}
+
 /* Whether the current database is the one the launcher reads (sdp.database). */
 static bool
 in_flow_database(void)
@@ -174,9 +183,11 @@ check_owned_here(Oid roleid, const char *rolename)
 	sql = psprintf("SELECT kind, name FROM ("
 				   "  SELECT 1 AS ord, 'flow' AS kind, name FROM sdp.flows WHERE %s"
 				   "  UNION ALL"
-				   "  SELECT 2, 'source', name FROM sdp.sources WHERE %s) o"
+				   "  SELECT 2, 'source', name FROM sdp.sources WHERE %s%s) o"
 				   " ORDER BY ord, name",
-				   owner_in_sql("owner", "$1"), owner_in_sql("owner", "$1"));
+				   owner_in_sql("owner", "$1"), owner_in_sql("owner", "$1"),
+				   sinks_here() ? psprintf(" UNION ALL SELECT 3, 'sink', name FROM sdp.sinks WHERE %s",
+										   owner_in_sql("owner", "$1")) : "");
 	catalog_run(sql, oid_array(list_make1_oid(roleid)), (Datum) 0, SPI_OK_SELECT);
 	if (SPI_processed == 0)
 	{
@@ -199,7 +210,7 @@ check_owned_here(Oid roleid, const char *rolename)
 			(errcode(ERRCODE_DEPENDENT_OBJECTS_STILL_EXIST),
 			 errmsg("role \"%s\" cannot be dropped because some objects depend on it", rolename),
 			 errdetail_internal("%s", detail.data),
-			 errhint("Drop its flows and sources with sdp_drop_flow() and sdp_drop_source(), or give them to another role with REASSIGN OWNED BY, or drop them with DROP OWNED BY, in database \"%s\".",
+			 errhint("Drop its flows, sources and sinks with sdp_drop_flow(), sdp_drop_source() and sdp_drop_sink(), or give them to another role with REASSIGN OWNED BY, or drop them with DROP OWNED BY, in database \"%s\".",
 					 get_database_name(MyDatabaseId))));
 }
 
@@ -304,6 +315,9 @@ reassign_owned(ReassignOwnedStmt *stmt)
 		sdp_wake_launcher_at_commit();
 	catalog_run(psprintf("UPDATE sdp.dead_letters SET owner = %s WHERE %s", value, owner_in_sql("owner", "$1")),
 				old, ObjectIdGetDatum(newrole), SPI_OK_UPDATE);
+	if (sinks_here())
+		catalog_run(psprintf("UPDATE sdp.sinks SET owner = %s WHERE %s", value, owner_in_sql("owner", "$1")),
+					old, ObjectIdGetDatum(newrole), SPI_OK_UPDATE);
 	SPI_finish();
 }
 
@@ -347,7 +361,26 @@ drop_owned(DropOwnedStmt *stmt)
 				 errdetail_internal("%s", detail.data),
 				 errhint("Drop those flows with sdp_drop_flow(), or reassign the source with REASSIGN OWNED BY, first.")));
 	}
+	if (sinks_here())
+	{
+		catalog_run(psprintf("SELECT k.name, f.name, f.owner::text FROM sdp.flows f JOIN sdp.sinks k ON k.name = f.sink"
+							 " WHERE %s AND NOT (%s) ORDER BY k.name, f.name",
+							 owner_in_sql("k.owner", "$1"), flow_of_roles),
+					roles, (Datum) 0, SPI_OK_SELECT);
+		if (SPI_processed > 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_DEPENDENT_OBJECTS_STILL_EXIST),
+					 errmsg("cannot drop sink \"%s\" because flows of other roles write to it",
+							SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1)),
+					 errdetail("Flow \"%s\" of role \"%s\" writes to it.",
+							   SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2),
+							   SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3)),
+					 errhint("Drop those flows with sdp_drop_flow(), or reassign the sink with REASSIGN OWNED BY, first.")));
+	}
 	sdp_delete_flows(owner_in_sql("owner", "$1"), OIDARRAYOID, roles);
+	if (sinks_here())
+		catalog_run(psprintf("DELETE FROM sdp.sinks WHERE %s", owner_in_sql("owner", "$1")),
+					roles, (Datum) 0, SPI_OK_DELETE);
 	catalog_run(psprintf("DELETE FROM sdp.sources WHERE %s", owner_in_sql("owner", "$1")),
 				roles, (Datum) 0, SPI_OK_DELETE);
 	catalog_run(psprintf("DELETE FROM sdp.dead_letters WHERE %s", owner_in_sql("owner", "$1")),
