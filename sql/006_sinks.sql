@@ -74,6 +74,7 @@ SELECT sdp_create_flow(name => 'to_alerts', source => 'events', schema => 'seq b
                        transform => 'SELECT seq, upper(zone) AS zone FROM input;',
                        options => '{"sink_key": "zone"}', sink => 'alerts');
 SELECT sdp_create_flow('all_to_alerts', 'events', NULL, 'seq bigint, zone text', sink => 'alerts');
+SELECT pg_temp.refused($$SELECT sdp_set_flow_workers('all_to_alerts', 2)$$);
 SELECT name, target, sink, options FROM sdp.flows ORDER BY name;
 SELECT flow, target, source FROM sdp.flow_status ORDER BY flow;
 SELECT pg_temp.refused($$SELECT sdp_drop_sink('alerts')$$);

@@ -804,12 +804,20 @@ sdp_set_flow_workers(PG_FUNCTION_ARGS)
 	sdp_check_owner(owner, owner_name, "flow", name);
 	values[0] = CStringGetTextDatum(name);
 	values[1] = Int32GetDatum(workers);
-	catalog_execute("SELECT operator, schema, transform, options FROM sdp.flows WHERE name = $1 FOR UPDATE",
+	/* sink: through to_jsonb, which reads a 0.3 catalog (no such column) too */
+	catalog_execute("SELECT operator, schema, transform, options, "
+					"       pg_catalog.to_jsonb(f) OPERATOR(pg_catalog.->>) 'sink' "
+					"  FROM sdp.flows f WHERE name = $1 FOR UPDATE",
 					1, argtypes, values, NULL, false);
 	if (SPI_processed == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
 				 errmsg("flow \"%s\" does not exist", name)));
+	if (workers > 1 && SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 5) != NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("a flow with a sink cannot have several workers yet"),
+				 errhint("Run the flow in one worker.")));
 	opname = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
 	if (opname != NULL)
 		op = sdp_find_operator(opname);
