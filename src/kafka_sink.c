@@ -268,7 +268,7 @@ relay_create_producer(KafkaRelay *r, char **error)
 	r->rk = new_client(RD_KAFKA_PRODUCER, conf, errstr, sizeof(errstr));
 	if (r->rk == NULL)
 	{
-		*error = psprintf("could not create the producer: %s", errstr);
+		*error = psprintf("sink \"%s\": could not create the producer: %s", r->def.name, errstr);
 		return false;
 	}
 	r->rkt = rd_kafka_topic_new(r->rk, r->def.topic, NULL);

@@ -21,6 +21,7 @@
  *	operator.c		the stateful operator interface; operators/ holds the operators
  *	state_store.c	keyed operator state in shared memory (DSA + dshash)
  *	kafka_source.c	librdkafka consumer of one flow
+ *	kafka_sink.c	a sink flow's outbox, and its relay to Kafka with a transactional producer
  *	json_decode.c	JSON payload -> tuple of the flow's input schema
  *	input_schema.c	the declared input schema and the relation "input"
  *	sink.c			the target write: multi-insert as COPY does, or the INSERT plan
