@@ -228,6 +228,7 @@ read_flows(int *nflows)
 	int32		counts[SDP_MAX_OWNERS];
 	int			nowners;
 	bool		overflow;
+	bool		has_sinks;
 
 	*nflows = 0;
 
@@ -239,15 +240,18 @@ read_flows(int *nflows)
 	 */
 	(void) RangeVarGetRelid(makeRangeVar(SDP_SCHEMA, "flows", -1), AccessShareLock, true);
 	(void) RangeVarGetRelid(makeRangeVar(SDP_SCHEMA, "sources", -1), AccessShareLock, true);
+	/* sinks: from 0.4 */
+	has_sinks = OidIsValid(RangeVarGetRelid(makeRangeVar(SDP_SCHEMA, "sinks", -1), AccessShareLock, true));
 	SPI_connect();
 	PushActiveSnapshot(GetTransactionSnapshot());
 	sdp_catalog_enter(&scope);
 	if (SPI_execute(psprintf("SELECT o.own, count(*) FROM ("
-							 "  SELECT %s AS own FROM sdp.flows UNION ALL SELECT %s FROM sdp.sources) o"
+							 "  SELECT %s AS own FROM sdp.flows UNION ALL SELECT %s FROM sdp.sources%s) o"
 							 " WHERE o.own IS NOT NULL GROUP BY o.own ORDER BY o.own",
-							 sdp_owner_oid_sql("owner"), sdp_owner_oid_sql("owner")),
+							 sdp_owner_oid_sql("owner"), sdp_owner_oid_sql("owner"),
+							 has_sinks ? " UNION ALL SELECT owner::pg_catalog.oid FROM sdp.sinks" : ""),
 					true, 0) != SPI_OK_SELECT)
-		elog(ERROR, "could not read the owners of sdp.flows and sdp.sources");
+		elog(ERROR, "could not read the owners of sdp.flows, sdp.sources and sdp.sinks");
 	overflow = SPI_processed > SDP_MAX_OWNERS;
 	nowners = (int) Min(SPI_processed, SDP_MAX_OWNERS);
 	for (int i = 0; i < nowners; i++)
