@@ -73,7 +73,8 @@ SELECT count(*) AS flows FROM sdp.flows;
 SELECT sdp_create_flow(name => 'to_alerts', source => 'events', schema => 'seq bigint, zone text',
                        transform => 'SELECT seq, upper(zone) AS zone FROM input;',
                        options => '{"sink_key": "zone"}', sink => 'alerts');
-SELECT sdp_create_flow('all_to_alerts', 'events', NULL, 'seq bigint, zone text', sink => 'alerts');
+SELECT sdp_create_flow('all_to_alerts', 'events', NULL, 'seq bigint, zone text', sink => 'alerts',
+                       options => '{"sink_key": "kafka_key"}');
 SELECT pg_temp.refused($$SELECT sdp_set_flow_workers('all_to_alerts', 2)$$);
 SELECT name, target, sink, options FROM sdp.flows ORDER BY name;
 SELECT flow, target, source FROM sdp.flow_status ORDER BY flow;

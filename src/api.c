@@ -467,7 +467,7 @@ sdp_create_flow(PG_FUNCTION_ARGS)
 		Oid			outbox_rel = get_relname_relid("outbox", get_namespace_oid("sdp", false));
 
 		sdp_sink_check_key(transform.result_desc, opts.sink_key);
-		sdp_transform_prepare_generated(&outbox, schema, sdp_sink_outbox_sql(transform_sql, 0, opts.sink_key));
+		sdp_transform_prepare_generated(&outbox, schema, sdp_sink_outbox_sql(transform_sql, schema, 0, opts.sink_key));
 		opts.mode = SDP_MODE_APPEND;
 		sdp_sink_prepare(&sink, outbox_rel, SDP_MODE_APPEND, outbox.result_desc, false);
 		sdp_sink_check_privileges(&sink, GetUserId());

@@ -50,6 +50,7 @@
 #include "catalog/pg_type.h"
 #include "commands/dbcommands.h"
 #include "executor/spi.h"
+#include "lib/stringinfo.h"
 #include "miscadmin.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
@@ -58,7 +59,7 @@
 
 #define RELAY_ROWS_PER_TXN	10000
 #define RELAY_TIMEOUT_MS	2000
-#define RELAY_READBACK		1000	/* messages read back at a time, from a partition's end */
+#define RELAY_READBACK		1000	/* offsets read back at a time, from a partition's end */
 
 /* Properties the relay sets itself. */
 static const char *const reserved_sink_properties[] = {
@@ -160,23 +161,30 @@ sdp_sink_check_key(TupleDesc rows, const char *sink_key)
 }
 
 /*
- * The transform that fills a sink flow's outbox: the flow's own (or the
- * input without its Kafka metadata columns) as a subquery, each row as
- * (flow_id, key, value), value the JSON object of its columns, which is
- * what a source's JSON decoding reads back.
+ * The transform that fills a sink flow's outbox: the flow's own as a
+ * subquery (or, without transform, the declared columns of the input, not
+ * its Kafka metadata), each row as (flow_id, key, value), value the JSON
+ * object of its columns, which is what a source's JSON decoding reads back.
  */
 char *
-sdp_sink_outbox_sql(const char *transform_sql, int64 flow_id, const char *sink_key)
+sdp_sink_outbox_sql(const char *transform_sql, SdpInputSchema *schema, int64 flow_id,
+					const char *sink_key)
 {
-	char	   *key = sink_key ? psprintf("(r.%s)::pg_catalog.text", quote_identifier(sink_key))
+	char	   *key = sink_key ? psprintf("(i.%s)::pg_catalog.text", quote_identifier(sink_key))
 		: pstrdup("NULL::pg_catalog.text");
 
 	if (transform_sql == NULL)
+	{
+		StringInfoData cols;
+
+		initStringInfo(&cols);
+		for (int c = 0; c < schema->ncolumns; c++)
+			appendStringInfo(&cols, "%si.%s", c > 0 ? ", " : "", quote_identifier(schema->columns[c].name));
 		return psprintf("SELECT " INT64_FORMAT "::pg_catalog.int8 AS flow_id, %s AS key, "
-						"(pg_catalog.to_jsonb(r) OPERATOR(pg_catalog.-) "
-						"'{kafka_topic,kafka_partition,kafka_offset,kafka_key,kafka_timestamp}'::pg_catalog.text[])"
-						"::pg_catalog.text AS value FROM input r",
-						flow_id, key);
+						"pg_catalog.to_jsonb(r)::pg_catalog.text AS value "
+						"FROM input i CROSS JOIN LATERAL (SELECT %s) r",
+						flow_id, key, cols.data);
+	}
 	else
 	{
 		/* the transform as a subquery: without a final semicolon */
@@ -186,7 +194,7 @@ sdp_sink_outbox_sql(const char *transform_sql, int64 flow_id, const char *sink_k
 		while (len > 0 && (sql[len - 1] == ';' || isspace((unsigned char) sql[len - 1])))
 			sql[--len] = '\0';
 		return psprintf("SELECT " INT64_FORMAT "::pg_catalog.int8 AS flow_id, %s AS key, "
-						"pg_catalog.to_jsonb(r)::pg_catalog.text AS value FROM (%s\n) r",
+						"pg_catalog.to_jsonb(i)::pg_catalog.text AS value FROM (%s\n) i",
 						flow_id, key, sql);
 	}
 }
@@ -351,31 +359,29 @@ outbox_delete_upto(KafkaRelay *r, int64 seq)
 /*
  * The last seq of this flow in partition p as a read_committed consumer
  * sees it, or -1: read back from the partition's end, RELAY_READBACK
- * messages at a time, until a message of the flow is found.
+ * offsets at a time, until a message of the flow is found or the start of
+ * the partition is reached.  The windows are assigned by logical offset
+ * (the tail) and then by absolute offsets below the first one read, so
+ * that no watermark query is needed: rd_kafka_query_watermark_offsets
+ * does not keep its timeout when the broker goes away while it waits.
+ * Every wait here is a poll of at most 100 ms, within a deadline.
  */
 static bool
 readback_partition(KafkaRelay *r, rd_kafka_t *reader, int32 p, int64 *last, char **error)
 {
-	int64		low,
-				high,
-				end;
-	rd_kafka_resp_err_t err;
+	int64		end = -1;		/* the next window ends before this offset; -1: the partition's end */
 
 	*last = -1;
-	err = rd_kafka_query_watermark_offsets(reader, r->def.topic, p, &low, &high, RELAY_TIMEOUT_MS);
-	if (err)
+	for (;;)
 	{
-		*error = psprintf("sink \"%s\": reading back partition %d: %s", r->def.name, p, rd_kafka_err2str(err));
-		return false;
-	}
-	for (end = high; *last < 0 && end > low;)
-	{
-		int64		from = Max(low, end - RELAY_READBACK);
 		rd_kafka_topic_partition_list_t *list = rd_kafka_topic_partition_list_new(1);
 		TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), 3 * RELAY_TIMEOUT_MS);
+		int64		first = -1;	/* the lowest offset read in this window */
 		bool		done = false;
+		rd_kafka_resp_err_t err;
 
-		rd_kafka_topic_partition_list_add(list, r->def.topic, p)->offset = from;
+		rd_kafka_topic_partition_list_add(list, r->def.topic, p)->offset =
+			end < 0 ? RD_KAFKA_OFFSET_TAIL(RELAY_READBACK) : Max(0, end - RELAY_READBACK);
 		err = rd_kafka_assign(reader, list);
 		rd_kafka_topic_partition_list_destroy(list);
 		if (err)
@@ -407,6 +413,8 @@ readback_partition(KafkaRelay *r, rd_kafka_t *reader, int32 p, int64 *last, char
 				(void) rd_kafka_assign(reader, NULL);
 				return false;
 			}
+			else if (end >= 0 && m->offset >= end)
+				done = true;	/* past the window: the previous one read from here */
 			else
 			{
 				rd_kafka_headers_t *hdrs;
@@ -415,6 +423,8 @@ readback_partition(KafkaRelay *r, rd_kafka_t *reader, int32 p, int64 *last, char
 				size_t		flow_len,
 							seq_len;
 
+				if (first < 0 || m->offset < first)
+					first = m->offset;
 				if (rd_kafka_message_headers(m, &hdrs) == RD_KAFKA_RESP_ERR_NO_ERROR &&
 					rd_kafka_header_get_last(hdrs, "sdp-flow", &flow, &flow_len) == RD_KAFKA_RESP_ERR_NO_ERROR &&
 					flow_len == strlen(r->flow_id_text) && memcmp(flow, r->flow_id_text, flow_len) == 0 &&
@@ -427,15 +437,17 @@ readback_partition(KafkaRelay *r, rd_kafka_t *reader, int32 p, int64 *last, char
 					buf[seq_len] = '\0';
 					*last = Max(*last, strtoi64(buf, NULL, 10));
 				}
-				if (m->offset >= end - 1)
+				if (end >= 0 && m->offset >= end - 1)
 					done = true;
 			}
 			rd_kafka_message_destroy(m);
 		}
 		(void) rd_kafka_assign(reader, NULL);
-		end = from;
+		/* found; or nothing before the window's end: the partition's start */
+		if (*last >= 0 || first <= 0)
+			return true;
+		end = first;
 	}
-	return true;
 }
 
 /*
@@ -449,6 +461,7 @@ relay_recover(KafkaRelay *r, char **error)
 		{"isolation.level", "read_committed"},
 		{"enable.partition.eof", "true"},
 		{"enable.auto.commit", "false"},
+		{"auto.offset.reset", "earliest"},
 		{"group.id", r->txn_id},
 	};
 	const struct rd_kafka_metadata *md;
@@ -487,7 +500,7 @@ relay_recover(KafkaRelay *r, char **error)
 	last = palloc(sizeof(int64) * r->npartitions);
 	for (int p = 0; ok && p < r->npartitions; p++)
 		ok = readback_partition(r, reader, p, &last[p], error);
-	rd_kafka_destroy(reader);
+	rd_kafka_destroy_flags(reader, RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);
 	if (!ok)
 		return false;
 

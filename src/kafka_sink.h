@@ -14,7 +14,8 @@ typedef struct KafkaRelay KafkaRelay;
 
 extern void kafka_sink_validate_properties(List *properties);
 extern void sdp_sink_check_key(TupleDesc rows, const char *sink_key);
-extern char *sdp_sink_outbox_sql(const char *transform_sql, int64 flow_id, const char *sink_key);
+extern char *sdp_sink_outbox_sql(const char *transform_sql, SdpInputSchema *schema, int64 flow_id,
+								 const char *sink_key);
 
 extern KafkaRelay *kafka_relay_create(const SdpSinkDef *sink, int64 flow_id, const char *flow_name);
 extern bool kafka_relay_drain(KafkaRelay *r, char **error);

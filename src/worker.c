@@ -380,7 +380,7 @@ load_declaration(FlowWorker *w)
 		sdp_transform_prepare(&own, w->schema, w->transform_sql);
 		sdp_sink_check_key(own.result_desc, w->opts.sink_key);
 		sdp_transform_prepare_generated(&w->transform, w->schema,
-										sdp_sink_outbox_sql(w->transform_sql, w->args.flow_id, w->opts.sink_key));
+										sdp_sink_outbox_sql(w->transform_sql, w->schema, w->args.flow_id, w->opts.sink_key));
 		sdp_sink_prepare(&w->sink, w->target, SDP_MODE_APPEND, w->transform.result_desc, false);
 	}
 	else if (w->operator_name)

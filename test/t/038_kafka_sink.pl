@@ -20,7 +20,7 @@ use SdpTest;
 use Test::More;
 use Time::HiRes qw(sleep);
 
-my $broker = SdpKafka::start_broker(topics => { 'raw-flights' => 4, 'flights-out' => 3, 'alice-out' => 2 });
+my $broker = SdpKafka::start_broker(topics => { 'raw-flights' => 4, 'flights-out' => 3, 'alice-out' => 2, 'small' => 1, 'small-out' => 1 });
 my $node = SdpTest::new_node('kafka_sink');
 my $boot = $broker->bootstrap;
 SdpTest::create_source($node, 'flights', $broker, 'raw-flights');
@@ -41,7 +41,15 @@ SELECT sdp_create_sink('alice_out', '$boot', 'alice-out');
 SELECT sdp_create_flow('alice_flow', 'alice_src', NULL, 'seq bigint, icao24 text',
   transform => 'SELECT seq, icao24 FROM input WHERE seq % 100 = 0', sink => 'alice_out');
 RESET ROLE;
+SELECT sdp_create_source('small', '$boot', 'small');
+SELECT sdp_create_sink('small_out', '$boot', 'small-out');
+SELECT sdp_create_flow('plain', 'small', NULL, 'seq bigint, at timestamptz, doc jsonb',
+  options => '{"sink_key": "kafka_key"}', sink => 'small_out');
 SQL
+# without transform: the declared columns, not the metadata; the key from kafka_key
+SdpKafka::kcat_produce(bootstrap => $boot, topic => 'small', messages => [
+	[ 'k1', '{"seq": 1, "at": "2026-12-01T08:00:00Z", "doc": {"a": [1, 2]}, "extra": true}', undef ],
+	[ undef, '{"seq": 2}', undef ] ]);
 
 my $total = 30000;
 my $producer = SdpKafka::start_flightsim(
@@ -54,7 +62,7 @@ ok($node->poll_query_until('postgres', 'SELECT count(*) > 3000 FROM back'), 'str
 SdpTest::crash_and_restart($node);
 pass('crash 1: mid-stream');
 
-ok($node->poll_query_until('postgres', "SELECT count(*) = 3 FROM sdp.flow_status WHERE state = 'running'"),
+ok($node->poll_query_until('postgres', "SELECT count(*) = 4 FROM sdp.flow_status WHERE state = 'running'"),
 	'flows restarted');
 sleep 0.3;
 SdpTest::crash_and_restart($node);
@@ -111,6 +119,12 @@ is(SdpTest::query($node,
 	"$total|$total|0|" . ($total - 1) . "|$total", 'read back: every seq once, keyed');
 is(SdpTest::query($node, "SELECT sum(rows_dead_lettered) FROM sdp.flow_status"), '0', 'no dead letters');
 
+my @small = SdpKafka::kcat_consume(bootstrap => $boot, topic => 'small-out',
+	properties => { 'isolation.level' => 'read_committed' });
+is(join(' | ', map { ($_->{key} // 'NULL') . ' ' . $_->{payload} } @small),
+	'k1 {"at": "2026-12-01T08:00:00+00:00", "doc": {"a": [1, 2]}, "seq": 1} | NULL {"at": null, "doc": null, "seq": 2}',
+	'a flow without transform: the declared columns as JSON, keyed by kafka_key');
+
 # alice's flow: every hundredth input once, no key, spread over both partitions
 my @alice = SdpKafka::kcat_consume(bootstrap => $boot, topic => 'alice-out',
 	properties => { 'isolation.level' => 'read_committed' });
@@ -142,6 +156,6 @@ $err = '';
 $node->psql('postgres', "SELECT sdp_drop_sink('out')", stderr => \$err);
 like($err, qr/cannot drop sink "out" because flows write to it/, 'a sink in use is not dropped');
 SdpTest::query($node, "SELECT sdp_drop_flow('to_kafka'); SELECT sdp_drop_sink('out')");
-is(SdpTest::query($node, 'SELECT count(*) FROM sdp.sinks'), '0', 'sink dropped');
+is(SdpTest::query($node, "SELECT count(*) FROM sdp.sinks WHERE name = 'out'"), '0', 'sink dropped');
 
 done_testing();
