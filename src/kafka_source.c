@@ -329,6 +329,117 @@ kafka_source_query_watermarks(KafkaSource *ks, int32 partition, int64 *low, int6
 	return true;
 }
 
+/*
+ * The first offset in [from, to) of a partition whose message has a
+ * timestamp at or after ts_ms, read message by message; 'to' when there is
+ * none.  Returns false with *error set when the partition cannot be read
+ * within timeout_ms.  Replaces the worker's assignment: only for a
+ * KafkaSource made for this lookup.
+ */
+static bool
+scan_for_time(KafkaSource *ks, int32 partition, int64 from, int64 to, int64 ts_ms,
+			  int timeout_ms, int64 *found, char **error)
+{
+	rd_kafka_topic_partition_list_t *list = rd_kafka_topic_partition_list_new(1);
+	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), timeout_ms);
+	int64		next = from;
+	bool		ok = true;
+
+	*found = to;
+	rd_kafka_topic_partition_list_add(list, ks->topic, partition)->offset = from;
+	rd_kafka_assign(ks->rk, list);
+	rd_kafka_topic_partition_list_destroy(list);
+	while (next < to)
+	{
+		rd_kafka_message_t *msg;
+
+		CHECK_FOR_INTERRUPTS();
+		if (GetCurrentTimestamp() > deadline)
+		{
+			*error = psprintf("cannot read topic \"%s\" partition %d at offset %lld within %d ms",
+							  ks->topic, partition, (long long) next, timeout_ms);
+			ok = false;
+			break;
+		}
+		msg = rd_kafka_consumer_poll(ks->rk, 100);
+		if (msg == NULL)
+			continue;
+		if (msg->err == RD_KAFKA_RESP_ERR_NO_ERROR && msg->partition == partition && msg->offset >= next)
+		{
+			rd_kafka_timestamp_type_t tstype;
+			int64		ts = rd_kafka_message_timestamp(msg, &tstype);
+
+			next = msg->offset + 1;
+			if (ts >= ts_ms)
+			{
+				*found = msg->offset;
+				rd_kafka_message_destroy(msg);
+				break;
+			}
+		}
+		else if (msg->err != RD_KAFKA_RESP_ERR_NO_ERROR && msg->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
+		{
+			*error = psprintf("cannot read topic \"%s\" partition %d: %s",
+							  ks->topic, partition, rd_kafka_message_errstr(msg));
+			rd_kafka_message_destroy(msg);
+			ok = false;
+			break;
+		}
+		rd_kafka_message_destroy(msg);
+	}
+	rd_kafka_assign(ks->rk, NULL);
+	return ok;
+}
+
+/*
+ * The offset of the first message of a partition whose timestamp is at or
+ * after ts_ms (Kafka's offsets-for-times), or the partition's end offset
+ * when there is none.  A broker that cannot look timestamps up answers that
+ * there is none (the embedded broker, librdkafka's mock cluster, does):
+ * when the partition's last message says otherwise, the partition is read
+ * from its start instead.
+ */
+bool
+kafka_source_offset_for_time(KafkaSource *ks, int32 partition, int64 ts_ms, int64 *offset,
+							 int timeout_ms, char **error)
+{
+	rd_kafka_topic_partition_list_t *list = rd_kafka_topic_partition_list_new(1);
+	rd_kafka_resp_err_t err;
+	int64		lo,
+				hi,
+				answer,
+				last;
+
+	if (!kafka_source_query_watermarks(ks, partition, &lo, &hi, timeout_ms, error))
+		return false;
+	rd_kafka_topic_partition_list_add(list, ks->topic, partition)->offset = ts_ms;
+	err = rd_kafka_offsets_for_times(ks->rk, list, timeout_ms);
+	if (err == RD_KAFKA_RESP_ERR_NO_ERROR)
+		err = list->elems[0].err;
+	answer = list->elems[0].offset;
+	rd_kafka_topic_partition_list_destroy(list);
+	if (err != RD_KAFKA_RESP_ERR_NO_ERROR)
+	{
+		*error = psprintf("cannot look up offsets by time in topic \"%s\" partition %d: %s",
+						  ks->topic, partition, rd_kafka_err2str(err));
+		return false;
+	}
+	if (answer >= 0)
+	{
+		*offset = answer;
+		return true;
+	}
+	*offset = hi;
+	if (hi <= lo)
+		return true;			/* an empty partition */
+	/* "none": believe it when the last message is older */
+	if (!scan_for_time(ks, partition, hi - 1, hi, ts_ms, timeout_ms, &last, error))
+		return false;
+	if (last == hi)
+		return true;
+	return scan_for_time(ks, partition, lo, hi, ts_ms, timeout_ms * 10, offset, error);
+}
+
 /* Consume the given partitions from the given offsets (adding to what is assigned). */
 void
 kafka_source_assign(KafkaSource *ks, int n, const int32 *partitions, const int64 *offsets)

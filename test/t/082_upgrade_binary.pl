@@ -68,6 +68,7 @@ sub extversion { SdpTest::query($node, "SELECT extversion FROM pg_extension WHER
 my %added = (
 	'0.2' => { symbol => 'sdp_skip_message', args => '(text, int, bigint)' },
 	'0.3' => { symbol => 'sdp_set_flow_workers', args => '(text, int)' },
+	'0.4' => { symbol => 'sdp_reset_flow_offsets', args => '(text, jsonb)' },
 );
 die "test 082 does not know what version $new_version added" unless $added{$new_version};
 sub owner_type

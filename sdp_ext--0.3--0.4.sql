@@ -1,0 +1,15 @@
+/* sdp_ext--0.3--0.4.sql: several servers (issue 13), resets (issue 15) */
+\echo Use "ALTER EXTENSION sdp_ext UPDATE TO '0.4'" to load this file. \quit
+
+-- Replay or skip ahead: move a stopped flow's offsets to 'earliest',
+-- 'latest', the first message at or after a timestamp, or explicit
+-- {"partition": offset} positions.  A stateful flow's state is cleared.
+-- Returns the new offsets, {"partition": offset}.
+CREATE FUNCTION sdp_reset_flow(flow text, "to" text)
+RETURNS jsonb LANGUAGE C STRICT AS 'MODULE_PATHNAME', 'sdp_reset_flow';
+COMMENT ON FUNCTION sdp_reset_flow(text, text) IS
+  'move a stopped flow''s offsets to ''earliest'', ''latest'' or a timestamp (its owner only); clears a stateful flow''s state';
+CREATE FUNCTION sdp_reset_flow(flow text, offsets jsonb)
+RETURNS jsonb LANGUAGE C STRICT AS 'MODULE_PATHNAME', 'sdp_reset_flow_offsets';
+COMMENT ON FUNCTION sdp_reset_flow(text, jsonb) IS
+  'move a stopped flow''s offsets of the given partitions, {"partition": offset} (its owner only); clears a stateful flow''s state';
