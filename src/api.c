@@ -197,6 +197,19 @@ sdp_create_source(PG_FUNCTION_ARGS)
 	values[1] = CStringGetTextDatum(servers);
 	values[2] = CStringGetTextDatum(topic);
 	values[3] = options ? JsonbPGetDatum(options) : DirectFunctionCall1(jsonb_in, CStringGetDatum("{}"));
+	if (def.start_at_time_set)
+	{
+		/* stored in UTC: the workers need not share the declaring session's TimeZone */
+		Oid			settypes[2] = {JSONBOID, TIMESTAMPTZOID};
+		Datum		setvalues[2] = {values[3], TimestampTzGetDatum(def.start_at_time)};
+		bool		isnull;
+
+		if (SPI_execute_with_args("SELECT pg_catalog.jsonb_set($1, '{starting_offsets}', "
+								  "  pg_catalog.to_jsonb(pg_catalog.to_char($2 AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')))",
+								  2, settypes, setvalues, NULL, true, 1) != SPI_OK_SELECT)
+			elog(ERROR, "could not store starting_offsets");
+		values[3] = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	}
 	values[4] = ObjectIdGetDatum(GetUserId());
 	catalog_execute(psprintf("INSERT INTO sdp.sources (name, bootstrap_servers, topic, options, owner) "
 							 "VALUES ($1, $2, $3, $4, %s)", sdp_owner_value_sql("$5")),

@@ -51,7 +51,9 @@ typedef struct SdpSourceDef
 	char	   *bootstrap_servers;
 	char	   *topic;
 	char	   *owner;
-	bool		start_at_earliest;	/* starting_offsets */
+	bool		start_at_earliest;	/* starting_offsets: earliest or latest */
+	bool		start_at_time_set;	/* starting_offsets: a timestamp */
+	TimestampTz start_at_time;
 	List	   *properties;		/* librdkafka key, value pairs: List of char* */
 } SdpSourceDef;
 

@@ -266,6 +266,29 @@ sdp_parse_flow_options(Jsonb *options, SdpFlowOptions *opts)
 }
 
 /*
+ * A finite timestamp with time zone (a zone-less one is in the session's
+ * TimeZone), without raising an error for text that is not one.
+ */
+static bool
+parse_start_time(const char *str, TimestampTz *result)
+{
+	char		workbuf[MAXDATELEN + MAXDATEFIELDS];
+	char	   *field[MAXDATEFIELDS];
+	int			ftype[MAXDATEFIELDS];
+	int			nf;
+	int			dtype;
+	int			tz;
+	fsec_t		fsec;
+	struct pg_tm tt;
+
+	if (ParseDateTime(str, workbuf, sizeof(workbuf), field, ftype, MAXDATEFIELDS, &nf) != 0 ||
+		DecodeDateTime(field, ftype, nf, &dtype, &tt, &fsec, &tz) != 0 ||
+		dtype != DTK_DATE || tm2timestamp(&tt, fsec, &tz, result) != 0)
+		return false;
+	return !TIMESTAMP_NOT_FINITE(*result);
+}
+
+/*
  * Parse a source's options: starting_offsets, and librdkafka properties
  * passed through as strings.  The properties are checked against
  * librdkafka by the caller (kafka_source.c).
@@ -304,11 +327,13 @@ sdp_parse_source_options(Jsonb *options, SdpSourceDef *source)
 				source->start_at_earliest = true;
 			else if (strcmp(val, "latest") == 0)
 				source->start_at_earliest = false;
+			else if (parse_start_time(val, &source->start_at_time))
+				source->start_at_time_set = true;
 			else
 				ereport(ERROR,
 						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 						 errmsg("invalid value for option \"starting_offsets\": \"%s\"", val),
-						 errhint("Valid values are \"earliest\" and \"latest\".")));
+						 errhint("Valid values are \"earliest\", \"latest\" and a timestamp, e.g. \"2026-12-01T06:00:00Z\".")));
 		}
 		else
 			source->properties = lappend(lappend(source->properties, key), val);

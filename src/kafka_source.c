@@ -329,6 +329,15 @@ kafka_source_query_watermarks(KafkaSource *ks, int32 partition, int64 *low, int6
 	return true;
 }
 
+/* Milliseconds since 1970 (Kafka's timestamps) of a finite timestamptz. */
+int64
+sdp_timestamptz_to_unix_ms(TimestampTz ts)
+{
+	int64		us = ts + (int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * USECS_PER_DAY;
+
+	return us >= 0 ? us / 1000 : -((-us + 999) / 1000);
+}
+
 /*
  * The first offset in [from, to) of a partition whose message has a
  * timestamp at or after ts_ms, read message by message; 'to' when there is
@@ -438,6 +447,29 @@ kafka_source_offset_for_time(KafkaSource *ks, int32 partition, int64 ts_ms, int6
 	if (last == hi)
 		return true;
 	return scan_for_time(ks, partition, lo, hi, ts_ms, timeout_ms * 10, offset, error);
+}
+
+/*
+ * kafka_source_offset_for_time with a client of its own, made for the
+ * lookup: a worker's consumer must keep its assignment.
+ */
+bool
+kafka_source_lookup_time(const SdpSourceDef *source, const char *flow_name, int32 partition,
+						 int64 ts_ms, int64 *offset, int timeout_ms, char **error)
+{
+	KafkaSource *ks = kafka_source_create(source, flow_name);
+	volatile bool ok = false;
+
+	PG_TRY();
+	{
+		ok = kafka_source_offset_for_time(ks, partition, ts_ms, offset, timeout_ms, error);
+	}
+	PG_FINALLY();
+	{
+		kafka_source_destroy(ks);
+	}
+	PG_END_TRY();
+	return ok;
 }
 
 /* Consume the given partitions from the given offsets (adding to what is assigned). */

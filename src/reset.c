@@ -121,15 +121,6 @@ reset_load_flow(ResetFlow *f)
 				 errhint("Try again when sdp.flow_status shows it stopped.")));
 }
 
-/* Milliseconds since 1970 (Kafka's timestamps) of a finite timestamptz. */
-static int64
-unix_ms(TimestampTz ts)
-{
-	int64		us = ts + (int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * USECS_PER_DAY;
-
-	return us >= 0 ? us / 1000 : -((-us + 999) / 1000);
-}
-
 /* partition -> offset pairs from {"p": n, ...}, checked. */
 static int
 parse_offsets(Jsonb *offsets, int32 **parts, int64 **offs)
@@ -258,7 +249,7 @@ reset_positions_from(KafkaSource *ks, ResetFlow *f, ResetTo to, TimestampTz ts, 
 			bool		ok;
 
 			if (to == RESET_TIME)
-				ok = kafka_source_offset_for_time(ks, topic_parts[i], unix_ms(ts),
+				ok = kafka_source_offset_for_time(ks, topic_parts[i], sdp_timestamptz_to_unix_ms(ts),
 												  &(*offs)[i], RESET_TIMEOUT_MS, &error);
 			else
 			{

@@ -2,7 +2,8 @@
 # a timestamp (the first message at or after it, in every partition), from
 # explicit offsets (the other partitions keep theirs), from 'latest' (only
 # what comes next) and from 'earliest'; each time the target holds exactly
-# the messages from there on.  A running flow is refused.
+# the messages from there on.  A running flow is refused.  A source's
+# starting_offsets may be a timestamp too.
 use strict;
 use warnings FATAL => 'all';
 use feature qw(signatures);
@@ -58,6 +59,17 @@ ok(SdpTest::wait_consumed($node, 'ev', 5000), 'next 2,000 consumed');
 is(SdpTest::query($node, 'SELECT count(*), count(DISTINCT seq), min(seq), max(seq) FROM events'), '5000|5000|0|4999',
 	'5,000 rows, each once');
 SdpTest::query($node, 'CREATE TABLE first_run AS SELECT * FROM events; TRUNCATE events');
+
+# a new flow from a source whose starting_offsets is that timestamp
+SdpTest::create_source($node, 'flights_t', $broker, 'raw-flights', qq({"starting_offsets": "$t"}));
+SdpTest::query($node, <<'SQL');
+CREATE TABLE events_t (seq bigint, kafka_partition int, kafka_offset bigint, kafka_timestamp timestamptz);
+SELECT sdp_create_flow('ev_t', 'flights_t', 'events_t', 'seq bigint');
+SQL
+ok(SdpTest::wait_consumed($node, 'ev_t', 5000), 'a flow starting at the timestamp consumed up to the end');
+is(rows('SELECT * FROM events_t'), rows("SELECT * FROM first_run WHERE kafka_timestamp >= '$t'"),
+	'starting_offsets = a timestamp: exactly the messages from the timestamp on');
+SdpTest::query($node, "SELECT sdp_drop_flow('ev_t')");
 
 my ($ret, $out, $err) = $node->psql('postgres', "SELECT sdp_reset_flow('ev', 'earliest')");
 like($err, qr/flow "ev" is running/, 'a running flow is refused');
