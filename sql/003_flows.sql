@@ -134,6 +134,19 @@ RESET ROLE;
 SET ROLE sdp_nologin;
 SELECT pg_temp.refused($$SELECT sdp_create_flow('f3', 'flights', 'positions', 'icao24 text')$$);
 RESET ROLE;
+-- tombstones that delete need upsert mode, a one-column primary key, no
+-- operator, and DELETE on the target
+SELECT pg_temp.refused($$SELECT sdp_create_flow('t', 'flights', 'positions', 'icao24 text', options => '{"on_tombstone": "sometimes"}')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_flow('t', 'flights', 'positions', 'icao24 text', options => '{"on_tombstone": "delete", "mode": "append"}')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_flow('t', 'flights', 'events', 'seq bigint, icao24 text', options => '{"on_tombstone": "delete"}')$$);
+CREATE TABLE pairs (a text, b text, n int, PRIMARY KEY (a, b));
+SELECT pg_temp.refused($$SELECT sdp_create_flow('t', 'flights', 'pairs', 'a text, b text, n int', options => '{"on_tombstone": "delete"}')$$);
+DROP TABLE pairs;
+GRANT UPDATE ON positions TO sdp_app;
+SET ROLE sdp_app;
+SELECT pg_temp.refused($$SELECT sdp_create_flow('t', 'app_flights', 'positions', 'icao24 text', options => '{"on_tombstone": "delete"}')$$);
+RESET ROLE;
+REVOKE UPDATE ON positions FROM sdp_app;
 -- another role cannot stop, start or drop it
 CREATE ROLE sdp_other LOGIN;
 GRANT sdp_other TO CURRENT_USER;

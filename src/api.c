@@ -33,6 +33,7 @@
 #include "kafka_source.h"
 #include "operator.h"
 #include "pipeline.h"
+#include "tombstone.h"
 
 PG_FUNCTION_INFO_V1(sdp_create_source);
 PG_FUNCTION_INFO_V1(sdp_drop_source);
@@ -386,6 +387,7 @@ sdp_create_flow(PG_FUNCTION_ARGS)
 		opts.mode = has_pk ? SDP_MODE_UPSERT : SDP_MODE_APPEND;
 	sdp_sink_prepare(&sink, target, opts.mode, write_desc, transform_sql == NULL && op == NULL);
 	sdp_sink_check_privileges(&sink, GetUserId());
+	sdp_tombstone_prepare(&opts, op != NULL, target, GetUserId(), NULL);
 	PopActiveSnapshot();
 
 	/* Store it, with the resolved mode written out. */

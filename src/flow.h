@@ -26,12 +26,21 @@ typedef enum SdpOnError
 	SDP_ON_ERROR_FAIL
 } SdpOnError;
 
+/* What a flow does with a tombstone (a message with a key and no value). */
+typedef enum SdpOnTombstone
+{
+	SDP_TOMBSTONE_DEAD_LETTER,
+	SDP_TOMBSTONE_SKIP,
+	SDP_TOMBSTONE_DELETE		/* upsert: delete the target row whose primary key is the message key */
+} SdpOnTombstone;
+
 /* Options of a flow (sdp_create_flow's options), with their defaults applied. */
 typedef struct SdpFlowOptions
 {
 	bool		mode_given;		/* mode was set explicitly */
 	SdpWriteMode mode;
 	SdpOnError	on_error;
+	SdpOnTombstone on_tombstone;
 	int			workers;		/* background workers, each consuming its share of the partitions */
 	int			checkpoint_interval_ms;
 	char	   *synchronous_commit;

@@ -212,6 +212,21 @@ sdp_parse_flow_options(Jsonb *options, SdpFlowOptions *opts)
 						 errmsg("invalid value for option \"on_error\": \"%s\"", val),
 						 errhint("Valid values are \"dead_letter\", \"skip\" and \"fail\".")));
 		}
+		else if (strcmp(key, "on_tombstone") == 0)
+		{
+			val = jsonb_scalar_text(key, &v);
+			if (strcmp(val, "dead_letter") == 0)
+				opts->on_tombstone = SDP_TOMBSTONE_DEAD_LETTER;
+			else if (strcmp(val, "skip") == 0)
+				opts->on_tombstone = SDP_TOMBSTONE_SKIP;
+			else if (strcmp(val, "delete") == 0)
+				opts->on_tombstone = SDP_TOMBSTONE_DELETE;
+			else
+				ereport(ERROR,
+						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						 errmsg("invalid value for option \"on_tombstone\": \"%s\"", val),
+						 errhint("Valid values are \"dead_letter\", \"skip\" and \"delete\".")));
+		}
 		else if (strcmp(key, "workers") == 0)
 			opts->workers = int_option(key, jsonb_scalar_text(key, &v), 1, SDP_MAX_WORKERS);
 		else if (strcmp(key, "checkpoint_interval") == 0)

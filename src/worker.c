@@ -41,6 +41,7 @@
 #include "utils/timestamp.h"
 
 #include "batch.h"
+#include "tombstone.h"
 #include "offsets.h"
 #include "skip.h"
 #include "stateful.h"
@@ -348,6 +349,7 @@ load_declaration(FlowWorker *w)
 		sdp_sink_prepare(&w->sink, w->target, w->opts.mode, w->transform.result_desc,
 						 w->transform_sql == NULL);
 	sdp_sink_check_privileges(&w->sink, GetUserId());
+	sdp_tombstone_prepare(&w->opts, w->op != NULL, w->target, GetUserId(), &w->tombstone_plan);
 	w->sink.flow_name = w->args.name;
 	if (w->transform.plan)
 		SPI_keepplan(w->transform.plan);

@@ -76,6 +76,8 @@ typedef struct Batch
 	int64	   *next;			/* per assigned partition: next offset once committed */
 	bool		checkpointed;	/* a stateful flow's checkpoint committed with it */
 	List	   *suspected;		/* SdpMessageId: messages that failed alone, not for their data, in the last attempt */
+	bool	   *row_tomb;		/* rows[i] is a tombstone to delete (on_tombstone = delete) */
+	int64		rows_tomb;		/* tombstone rows applied */
 	bool	   *skip_msg;		/* msgs[i] is to be skipped; NULL when none is */
 	List	   *skipped;		/* DeadLetter *: those messages, dead-lettered whatever on_error says */
 } Batch;
@@ -104,6 +106,7 @@ typedef struct FlowWorker
 	SPIPlanPtr	offsets_insert_plan;	/* INSERT: partitions newly assigned */
 	SPIPlanPtr	dead_letter_plan;
 	SPIPlanPtr	notify_plan;	/* option notify */
+	SPIPlanPtr	tombstone_plan;	/* on_tombstone = delete: DELETE ... WHERE key = ANY ($1) */
 
 	/* stateful flows (stateful.c) */
 	const SdpOperator *op;
