@@ -45,6 +45,7 @@
 #include "dead_letter.h"
 #include "isolate.h"
 #include "json_decode.h"
+#include "kafka_source.h"
 #include "offsets.h"
 #include "skip.h"
 #include "stateful.h"
@@ -149,6 +150,13 @@ decode_one(DecodeRun *d, int i)
 	if (!nulls[ncols + SDP_META_TIMESTAMP])
 		values[ncols + SDP_META_TIMESTAMP] =
 			TimestampTzGetDatum(ts * 1000 - (int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * USECS_PER_DAY);
+
+	if (w->schema->nmeta > SDP_META_HEADERS)
+	{
+		nulls[ncols + SDP_META_HEADERS] = true;
+		if (w->want_headers)
+			values[ncols + SDP_META_HEADERS] = kafka_message_headers_jsonb(m, &nulls[ncols + SDP_META_HEADERS]);
+	}
 
 	b->rows[b->nrows] = heap_form_tuple(w->schema->tupdesc, values, nulls);
 	b->row_msg[b->nrows] = i;

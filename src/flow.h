@@ -97,14 +97,16 @@ typedef struct SdpInputColumn
 #define SDP_META_OFFSET		2
 #define SDP_META_KEY		3
 #define SDP_META_TIMESTAMP	4
-#define SDP_NUM_META		5
+#define SDP_META_HEADERS	5		/* absent when the schema declares a field of that name */
+#define SDP_NUM_META		6
 
 /* The declared input schema: the JSON fields, then the metadata columns. */
 typedef struct SdpInputSchema
 {
 	int			ncolumns;		/* declared columns */
 	SdpInputColumn *columns;
-	TupleDesc	tupdesc;		/* ncolumns + SDP_NUM_META attributes */
+	TupleDesc	tupdesc;		/* ncolumns + nmeta attributes */
+	int			nmeta;			/* SDP_NUM_META, or one less: a declared kafka_headers (before 0.4) is the user's */
 } SdpInputSchema;
 
 /* flow_options.c */

@@ -28,6 +28,10 @@
 #include <unistd.h>
 
 #include "miscadmin.h"
+#include "common/base64.h"
+#include "utils/jsonb.h"
+
+#include "dead_letter.h"
 
 #define KAFKA_LOG_RING 8
 
@@ -327,6 +331,88 @@ kafka_source_query_watermarks(KafkaSource *ks, int32 partition, int64 *low, int6
 	*low = lo;
 	*high = hi;
 	return true;
+}
+
+/*
+ * A message's headers as jsonb, {"name": value}: a value that is text in
+ * the database's encoding as a string, other bytes in base64, no value as
+ * null, and a name that comes more than once as an array of its values in
+ * order.  *isnull when the message has no headers.
+ */
+Datum
+kafka_message_headers_jsonb(rd_kafka_message_t *m, bool *isnull)
+{
+	rd_kafka_headers_t *hdrs;
+	JsonbParseState *state = NULL;
+	size_t		n;
+	const char **names;
+	bool	   *done;
+
+	*isnull = true;
+	if (rd_kafka_message_headers(m, &hdrs) != RD_KAFKA_RESP_ERR_NO_ERROR ||
+		(n = rd_kafka_header_cnt(hdrs)) == 0)
+		return (Datum) 0;
+	names = palloc(sizeof(char *) * n);
+	done = palloc0(sizeof(bool) * n);
+	for (size_t i = 0; i < n; i++)
+	{
+		const void *val;
+		size_t		size;
+
+		(void) rd_kafka_header_get_all(hdrs, i, &names[i], &val, &size);
+	}
+	pushJsonbValue(&state, WJB_BEGIN_OBJECT, NULL);
+	for (size_t i = 0; i < n; i++)
+	{
+		JsonbValue	k;
+		int			count = 0;
+
+		if (done[i])
+			continue;
+		for (size_t j = i; j < n; j++)
+			count += (strcmp(names[j], names[i]) == 0);
+		k.type = jbvString;
+		k.val.string.val = (char *) names[i];
+		k.val.string.len = strlen(names[i]);
+		pushJsonbValue(&state, WJB_KEY, &k);
+		if (count > 1)
+			pushJsonbValue(&state, WJB_BEGIN_ARRAY, NULL);
+		for (size_t j = i; j < n; j++)
+		{
+			const char *name;
+			const void *val;
+			size_t		size;
+			JsonbValue	v;
+
+			if (done[j] || strcmp(names[j], names[i]) != 0)
+				continue;
+			done[j] = true;
+			(void) rd_kafka_header_get_all(hdrs, j, &name, &val, &size);
+			if (val == NULL)
+				v.type = jbvNull;
+			else if (sdp_bytes_are_text(val, size) || size == 0)
+			{
+				v.type = jbvString;
+				v.val.string.val = pnstrdup(val, size);
+				v.val.string.len = (int) size;
+			}
+			else
+			{
+				int			len = pg_b64_enc_len((int) size);
+				char	   *b64 = palloc(len + 1);
+
+				len = pg_b64_encode(val, (int) size, b64, len);
+				v.type = jbvString;
+				v.val.string.val = b64;
+				v.val.string.len = Max(len, 0);
+			}
+			pushJsonbValue(&state, count > 1 ? WJB_ELEM : WJB_VALUE, &v);
+		}
+		if (count > 1)
+			pushJsonbValue(&state, WJB_END_ARRAY, NULL);
+	}
+	*isnull = false;
+	return JsonbPGetDatum(JsonbValueToJsonb(pushJsonbValue(&state, WJB_END_OBJECT, NULL)));
 }
 
 /* Milliseconds since 1970 (Kafka's timestamps) of a finite timestamptz. */

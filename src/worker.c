@@ -350,6 +350,14 @@ load_declaration(FlowWorker *w)
 						 w->transform_sql == NULL);
 	sdp_sink_check_privileges(&w->sink, GetUserId());
 	sdp_tombstone_prepare(&w->opts, w->op != NULL, w->target, GetUserId(), &w->tombstone_plan);
+	/*
+	 * Headers are read only when something may use them: the transform,
+	 * the target's kafka_headers column (no transform), or an operator.
+	 */
+	if (w->schema->nmeta > SDP_META_HEADERS)
+		w->want_headers = w->transform_sql != NULL
+			? sdp_transform_reads_column(&w->transform, w->schema->ncolumns + SDP_META_HEADERS + 1)
+			: (w->op != NULL || get_attnum(w->target, "kafka_headers") > 0);
 	w->sink.flow_name = w->args.name;
 	if (w->transform.plan)
 		SPI_keepplan(w->transform.plan);

@@ -107,6 +107,7 @@ typedef struct FlowWorker
 	SPIPlanPtr	dead_letter_plan;
 	SPIPlanPtr	notify_plan;	/* option notify */
 	SPIPlanPtr	tombstone_plan;	/* on_tombstone = delete: DELETE ... WHERE key = ANY ($1) */
+	bool		want_headers;	/* build kafka_headers (something may read it) */
 
 	/* stateful flows (stateful.c) */
 	const SdpOperator *op;

@@ -4,7 +4,8 @@
 # batches); 'skip' counts them in rows_skipped; 'dead_letter' (the default)
 # keeps them in sdp.dead_letters.  A tombstone without a key, or with a key
 # the primary key's type does not take, is dead-lettered with the reason,
-# and the rest of its batch goes through.
+# and the rest of its batch goes through.  Kafka headers arrive in the
+# metadata column kafka_headers as jsonb.
 use strict;
 use warnings FATAL => 'all';
 use lib 'test/perl';
@@ -12,7 +13,7 @@ use SdpKafka;
 use SdpTest;
 use Test::More;
 
-my $broker = SdpKafka::start_broker(topics => { 'kv' => 2 });
+my $broker = SdpKafka::start_broker(topics => { 'kv' => 2, 'h' => 1 });
 my $node = SdpTest::new_node('tombstones');
 SdpTest::create_source($node, 'kv', $broker, 'kv');
 SdpTest::query($node, <<'SQL');
@@ -74,6 +75,39 @@ is(SdpTest::query($node, "SELECT string_agg(coalesce(kafka_key, '(null)') || ' '
 is(SdpTest::query($node, "SELECT string_agg(coalesce(kafka_key, '(null)') || ' ' || stage || ' ' || sqlstate, ',' ORDER BY kafka_partition, kafka_offset) FROM sdp.dead_letters WHERE flow = 'del_int'"),
 	'k3 write 22P02,k1 write 22P02,(null) decode 22023,x9 write 22P02,k2 write 22P02,k4 write 22P02,k2 write 22P02',
 	'delete into an integer key: each tombstone whose key is not an integer dead-lettered at write, alone');
+
+# headers: text as strings, other bytes in base64, no value as null, a
+# repeated name as an array; read by a flow without transform (the target
+# has kafka_headers), by a transform naming it, and by one reading the whole row
+SdpTest::create_source($node, 'h', $broker, 'h');
+SdpTest::query($node, <<'SQL');
+CREATE TABLE hdr (seq int, kafka_headers jsonb);
+CREATE TABLE hdr_trace (seq int, trace text);
+CREATE TABLE hdr_row (seq int, h jsonb);
+CREATE TABLE hdr_none (seq int, kafka_headers jsonb);
+SELECT sdp_create_flow('hdr', 'h', 'hdr', 'seq int');
+SELECT sdp_create_flow('hdr_trace', 'h', 'hdr_trace', 'seq int', transform => $$SELECT seq, kafka_headers->>'trace' AS trace FROM input$$);
+SELECT sdp_create_flow('hdr_row', 'h', 'hdr_row', 'seq int', transform => $$SELECT seq, to_jsonb(i)->'kafka_headers' AS h FROM input i$$);
+SELECT sdp_create_flow('hdr_none', 'h', 'hdr_none', 'seq int', transform => $$SELECT seq FROM input$$);
+SQL
+ok(SdpTest::wait_for($node, "SELECT count(*) = 4 FROM sdp.flow_status WHERE flow LIKE 'hdr%' AND state = 'running' AND partitions IS NOT NULL"),
+	'header flows running');
+SdpKafka::kcat_produce(bootstrap => $broker->bootstrap, topic => 'h', messages => [ [ 'a', '{"seq": 1}', 0 ] ],
+	headers => [ 'trace=abc', "bin=\xff\xfe", 'rep=1', 'rep=2', 'nul', 'empty=' ]);
+SdpKafka::kcat_produce(bootstrap => $broker->bootstrap, topic => 'h', messages => [ [ 'b', '{"seq": 2}', 0 ] ]);
+for my $f (qw(hdr hdr_trace hdr_row hdr_none))
+{
+	ok(SdpTest::wait_consumed($node, $f, 2), "$f consumed both");
+}
+is(SdpTest::query($node, "SELECT string_agg(seq || ' ' || coalesce(kafka_headers::text, 'NULL'), E'\n' ORDER BY seq) FROM hdr"),
+	qq(1 {"bin": "//4=", "nul": null, "rep": ["1", "2"], "empty": "", "trace": "abc"}\n2 NULL),
+	'kafka_headers: text, base64, null, a repeated name as an array; NULL without headers');
+is(SdpTest::query($node, "SELECT string_agg(seq || ' ' || coalesce(trace, 'NULL'), ',' ORDER BY seq) FROM hdr_trace"),
+	'1 abc,2 NULL', 'a transform reads a header');
+is(SdpTest::query($node, "SELECT string_agg(seq || ' ' || coalesce(h->>'trace', 'NULL'), ',' ORDER BY seq) FROM hdr_row"),
+	'1 abc,2 NULL', 'a transform reading the whole input row sees the headers');
+is(SdpTest::query($node, "SELECT count(*) FROM hdr_none WHERE kafka_headers IS NULL"), '2',
+	'a transform that does not produce kafka_headers writes none');
 
 # declarations that cannot delete
 for my $case (
