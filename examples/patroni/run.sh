@@ -321,6 +321,7 @@ if [ "$new" = 1 ]; then
   t_lock=$(log_time "$dir/node1/patroni.log" 'promoted self to leader by acquiring session lock')
   lock_label="node1's Patroni takes the expired leader key and promotes (its log)"
   say "node1 is the leader, and its flow runs"
+  sleep 1.5   # (for patronictl: Patroni publishes the new timeline on its next cycle)
 else
   t_lock=$(log_time "$dir/node0/patroni.log" 'starting as readonly because i had the session lock')
   lock_label="node0's Patroni, holding the leader key, starts PostgreSQL again (its log)"
@@ -391,9 +392,12 @@ if [ "$new" = 1 ]; then
        -o "$inspect" start >/dev/null 2>&1; then
     IFS='|' read -r old_rows old_offsets < <(sql 0 "SELECT count(*), (SELECT sum(next_offset) FROM sdp.offsets) FROM events")
     "${as_pg[@]}" "$bin_dir/pg_ctl" -D "$dir/node0/data" -w -m fast stop >/dev/null
-    say "node0's data directory after crash recovery: $old_rows rows, and offsets adding up to $old_offsets;" \
-      "node1 had replicated $((old_rows - replicated)) rows fewer, with their offsets (WAL that node0 had not" \
-      "sent yet), and its flow read those messages again from Kafka"
+    say "node0's data directory after crash recovery: $old_rows rows, and offsets adding up to $old_offsets"
+    [ "$old_rows" -lt "$before" ] &&
+      say "  (the query before the SIGKILL saw $before: the last commits' WAL was still in node0's memory," \
+        "synchronous_commit = off, and went with it, rows and offsets together)"
+    say "  node1 had replicated $((old_rows - replicated)) rows fewer, with their offsets (WAL that node0 had" \
+      "not sent yet), and its flow read those messages again from Kafka"
   else
     say "could not start node0's PostgreSQL to look at it: $(tail -3 "$dir/node0/inspect.log")"
   fi
