@@ -143,7 +143,7 @@ cleanup() {
   local status=$? n i pm
   set +e
   trap - EXIT INT TERM
-  alive "$sim_pid" && kill -KILL "$sim_pid"
+  alive "$sim_pid" && { kill -KILL "$sim_pid"; wait "$sim_pid" 2>/dev/null; }
   for n in 0 1; do alive "${patroni_pid[$n]}" && kill -TERM "${patroni_pid[$n]}"; done
   for i in $(seq 300); do   # Patroni stops its PostgreSQL, then exits
     alive "${patroni_pid[0]}" || alive "${patroni_pid[1]}" || break
@@ -151,7 +151,7 @@ cleanup() {
   done
   for n in 0 1; do
     alive "${patroni_pid[$n]}" && kill -KILL "${patroni_pid[$n]}"
-    pm=$(postmaster_of $n) && kill -KILL "$pm" && wait_node_gone $n
+    pm=$(postmaster_of "$n") && kill -KILL "$pm" && wait_node_gone "$n"
   done
   alive "$etcd_pid" && kill -TERM "$etcd_pid"
   alive "$broker_pid" && kill -TERM "$broker_pid"
@@ -162,7 +162,7 @@ cleanup() {
     rm -rf "$dir"
   fi
   say "stopped everything this script started"
-  exit $status
+  exit "$status"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -307,8 +307,8 @@ done
 # Patroni's (local time, comma before the milliseconds) and PostgreSQL's
 # (log_line_prefix %m: local time, period, zone).
 log_time() {  # log_time FILE REGEX: the epoch time of the first matching line after the SIGKILL
-  local ts i   # (the logging collector may write the line a little later)
-  for i in $(seq 30); do
+  local ts _   # (the logging collector may write the line a little later)
+  for _ in $(seq 30); do
     ts=$(awk -v re="$2" -v after="$(date -d "@$t_kill" '+%Y-%m-%d %H:%M:%S.%3N')" '
            { ts = substr($0, 1, 23); sub(",", ".", ts) }
            $0 ~ re && ts >= after { print ts; exit }' "$1")
