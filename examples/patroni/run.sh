@@ -127,8 +127,8 @@ postmaster_of() {
 # Waits until no process has node N's data directory as its working
 # directory: the postmaster and all its children are gone.
 wait_node_gone() {
-  local d="$dir/node$1/data" i p busy
-  for i in $(seq 600); do
+  local d="$dir/node$1/data" p busy
+  for _ in $(seq 600); do
     busy=0
     for p in /proc/[0-9]*; do
       [ "$(readlink "$p/cwd" 2>/dev/null)" = "$d" ] && { busy=1; break; }
@@ -140,12 +140,12 @@ wait_node_gone() {
 }
 
 cleanup() {
-  local status=$? n i pm
+  local status=$? n pm
   set +e
   trap - EXIT INT TERM
   alive "$sim_pid" && { kill -KILL "$sim_pid"; wait "$sim_pid" 2>/dev/null; }
   for n in 0 1; do alive "${patroni_pid[$n]}" && kill -TERM "${patroni_pid[$n]}"; done
-  for i in $(seq 300); do   # Patroni stops its PostgreSQL, then exits
+  for _ in $(seq 300); do   # Patroni stops its PostgreSQL, then exits
     alive "${patroni_pid[0]}" || alive "${patroni_pid[1]}" || break
     sleep 0.1
   done
@@ -274,7 +274,7 @@ say "node0's PostgreSQL processes are gone ($(elapsed "$t_kill" "$(now)") s afte
 if [ "$kill_mode" = node ]; then
   # what node1 replays of the WAL it received ends within milliseconds
   replay_lsn=''
-  for i in $(seq 20); do
+  for _ in $(seq 20); do
     lsn=$(sql 1 "SELECT pg_last_wal_replay_lsn()")
     [ "$lsn" = "$replay_lsn" ] && break
     replay_lsn=$lsn
