@@ -13,3 +13,13 @@ CREATE FUNCTION sdp_reset_flow(flow text, offsets jsonb)
 RETURNS jsonb LANGUAGE C STRICT AS 'MODULE_PATHNAME', 'sdp_reset_flow_offsets';
 COMMENT ON FUNCTION sdp_reset_flow(text, jsonb) IS
   'move a stopped flow''s offsets of the given partitions, {"partition": offset} (its owner only); clears a stateful flow''s state';
+
+-- Change a flow's transform, options or schema and keep its place: checked
+-- as a new declaration, applied at a batch boundary (the launcher restarts
+-- its workers from their committed offsets); a stateful flow keeps its state
+-- unless its operator's options change ("reset_state": true then clears it).
+CREATE FUNCTION sdp_alter_flow(name text, transform text DEFAULT NULL,
+                               options jsonb DEFAULT NULL, schema text DEFAULT NULL)
+RETURNS void LANGUAGE C AS 'MODULE_PATHNAME', 'sdp_alter_flow';
+COMMENT ON FUNCTION sdp_alter_flow(text, text, jsonb, text) IS
+  'change a flow''s transform, options (merged) or schema (its owner only); it goes on from its offsets';
