@@ -328,7 +328,7 @@ sdp_create_flow(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("unknown option \"%.*s\"", v.val.string.len, v.val.string.val),
-				 errhint("Flow options are mode, on_error, workers, checkpoint_interval, state_memory_limit, synchronous_commit, max_batch_rows, max_batch_bytes, max_batch_wait, progress_interval and notify; operators take more.")));
+				 errhint("Flow options are mode, on_error, workers, partitions, checkpoint_interval, state_memory_limit, synchronous_commit, max_batch_rows, max_batch_bytes, max_batch_wait, progress_interval and notify; operators take more.")));
 	}
 
 	check_flow_workers(opts.workers, op, NULL);
@@ -670,6 +670,18 @@ sdp_set_flow_workers(PG_FUNCTION_ARGS)
 	opname = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
 	if (opname != NULL)
 		op = sdp_find_operator(opname);
+	/* with a share of the partitions (option partitions), each worker needs one of them */
+	{
+		bool		isnull;
+		Datum		stored = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 4, &isnull);
+		SdpFlowOptions current;
+
+		if (!isnull)
+		{
+			sdp_parse_flow_options(DatumGetJsonbP(stored), &current);
+			sdp_check_share_workers(workers, current.nshare);
+		}
+	}
 	if (op != NULL && workers > 1)
 	{
 		char	   *schema_text = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
