@@ -174,6 +174,9 @@ SELECT sdp_drop_flow('f');
 -- a flow over a share of the partitions: its workers divide the share, so no more workers than partitions in it
 SELECT sdp_create_flow('shard', 'flights', 'events', 'seq bigint', options => '{"partitions": [6, 0, 2]}');
 SELECT pg_temp.refused($$SELECT sdp_set_flow_workers('shard', 4)$$);
+-- and reads no other partition: a message of one is skipped on the server that reads it
+SELECT pg_temp.refused($$SELECT sdp_skip_message('shard', 1, 0)$$);
+SELECT sdp_skip_message('shard', 2, 0);
 SELECT sdp_set_flow_workers('shard', 3);
 SELECT options FROM sdp.flows WHERE name = 'shard';
 SELECT sdp_drop_flow('shard');
