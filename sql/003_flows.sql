@@ -105,6 +105,19 @@ SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'ic
 SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text', options => '{"workers": 0}')$$);
 SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text', options => '{"workers": 65}')$$);
 SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text', options => '{"workers": 17}')$$);
+-- a share of the topic's partitions: a JSON array of distinct partition numbers, one at least per worker
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text', options => '{"partitions": []}')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text', options => '{"partitions": 3}')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text', options => '{"partitions": "0, 1"}')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text', options => '{"partitions": {"0": 1}}')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text', options => '{"partitions": [0, -1]}')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text', options => '{"partitions": [0, 1.5]}')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text', options => '{"partitions": [0, 2147483648]}')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text', options => '{"partitions": [0, "1"]}')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text', options => '{"partitions": [0, null]}')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text', options => '{"partitions": [0, [1]]}')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text', options => '{"partitions": [2, 0, 2]}')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text', options => '{"partitions": [0, 1], "workers": 3}')$$);
 SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text', options => '{"checkpoint_interval": "soonish"}')$$);
 SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text', options => '{"max_batch_rows": 0}')$$);
 SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text', options => '{"synchronous_commit": "sometimes"}')$$);
@@ -170,6 +183,16 @@ RESET ROLE;
 SELECT kafka_partition, kafka_offset, requested_by FROM sdp.skipped_messages ORDER BY 1, 2;
 SELECT name, owner, target, options FROM sdp.flows ORDER BY name;
 SELECT sdp_drop_flow('f');
+
+-- a flow over a share of the partitions: its workers divide the share, so no more workers than partitions in it
+SELECT sdp_create_flow('shard', 'flights', 'events', 'seq bigint', options => '{"partitions": [6, 0, 2]}');
+SELECT pg_temp.refused($$SELECT sdp_set_flow_workers('shard', 4)$$);
+-- and reads no other partition: a message of one is skipped on the server that reads it
+SELECT pg_temp.refused($$SELECT sdp_skip_message('shard', 1, 0)$$);
+SELECT sdp_skip_message('shard', 2, 0);
+SELECT sdp_set_flow_workers('shard', 3);
+SELECT options FROM sdp.flows WHERE name = 'shard';
+SELECT sdp_drop_flow('shard');
 
 -- a complete declaration: stored with the resolved mode, and started
 SELECT sdp_create_flow('positions_flow', 'flights', 'positions',

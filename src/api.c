@@ -342,7 +342,7 @@ sdp_create_flow(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("unknown option \"%.*s\"", v.val.string.len, v.val.string.val),
-				 errhint("Flow options are mode, on_error, workers, checkpoint_interval, state_memory_limit, synchronous_commit, max_batch_rows, max_batch_bytes, max_batch_wait, progress_interval and notify; operators take more.")));
+				 errhint("Flow options are mode, on_error, workers, partitions, checkpoint_interval, state_memory_limit, synchronous_commit, max_batch_rows, max_batch_bytes, max_batch_wait, progress_interval and notify; operators take more.")));
 	}
 
 	check_flow_workers(opts.workers, op, NULL);
@@ -608,13 +608,37 @@ sdp_skip_message(PG_FUNCTION_ARGS)
 	sdp_check_owner(owner, owner_name, "flow", name);
 	values[0] = CStringGetTextDatum(name);
 	argtypes[0] = TEXTOID;
-	catalog_execute("SELECT id FROM sdp.flows WHERE name = $1", 1, argtypes, values, NULL, true);
+	catalog_execute("SELECT id, options FROM sdp.flows WHERE name = $1", 1, argtypes, values, NULL, true);
 	if (SPI_processed == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
 				 errmsg("flow \"%s\" does not exist", name)));
 	flow_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	argtypes[0] = INT8OID;
+
+	/* a flow over a share of the partitions never reads the others: another server does */
+	{
+		Datum		options = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull);
+		SdpFlowOptions opts;
+
+		if (!isnull)
+		{
+			sdp_parse_flow_options(DatumGetJsonbP(options), &opts);
+			if (!sdp_worker_owns_partition(&opts, partition, 0, 1))
+			{
+				StringInfoData share;
+
+				initStringInfo(&share);
+				for (int i = 0; i < opts.nshare; i++)
+					appendStringInfo(&share, "%s%d", i > 0 ? ", " : "", opts.share[i]);
+				ereport(ERROR,
+						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						 errmsg("partition %d is not in the share of flow \"%s\" on this server", partition, name),
+						 errdetail("Its option \"partitions\" is [%s].", share.data),
+						 errhint("Skip the message on the server whose flow consumes partition %d.", partition)));
+			}
+		}
+	}
 
 	next = processed_up_to(name, flow_id, partition);
 	if (offset < next)
@@ -685,6 +709,18 @@ sdp_set_flow_workers(PG_FUNCTION_ARGS)
 	opname = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
 	if (opname != NULL)
 		op = sdp_find_operator(opname);
+	/* with a share of the partitions (option partitions), each worker needs one of them */
+	{
+		bool		isnull;
+		Datum		stored = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 4, &isnull);
+		SdpFlowOptions current;
+
+		if (!isnull)
+		{
+			sdp_parse_flow_options(DatumGetJsonbP(stored), &current);
+			sdp_check_share_workers(workers, current.nshare);
+		}
+	}
 	if (op != NULL && workers > 1)
 	{
 		char	   *schema_text = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);

@@ -42,6 +42,8 @@ typedef struct SdpFlowOptions
 	SdpOnError	on_error;
 	SdpOnTombstone on_tombstone;
 	int			workers;		/* background workers, each consuming its share of the partitions */
+	int			nshare;			/* option partitions: how many; 0 = every partition of the topic */
+	int32	   *share;			/* ... the partition numbers, sorted */
 	int			checkpoint_interval_ms;
 	char	   *synchronous_commit;
 	int			max_batch_rows;
@@ -116,6 +118,9 @@ extern int	sdp_interval_option_ms(const char *option, const char *text);
 extern int64 sdp_interval_option_us(const char *option, const char *text);
 extern const char *sdp_write_mode_name(SdpWriteMode mode);
 extern void sdp_check_workers(int workers);
+extern void sdp_check_share_workers(int workers, int nshare);
+extern bool sdp_worker_owns_partition(const SdpFlowOptions *opts, int32 partition,
+									 int worker_no, int nworkers);
 
 /* input_schema.c */
 extern SdpInputSchema *sdp_parse_input_schema(const char *schema_text);

@@ -138,7 +138,8 @@ typedef struct FlowWorker
 
 	KafkaSource *kafka;
 	int			topic_partitions;	/* of the topic, as last listed */
-	int			npartitions;	/* this worker's (partition % nworkers = worker_no) */
+	int			npartitions;	/* this worker's (sdp_worker_owns_partition) */
+	int			share_missing;	/* partitions of its share the topic does not have (yet) */
 	int32	   *partitions;		/* sorted */
 	int64	   *next_offset;	/* per partition: next offset to read (committed) */
 	int			max_partition_id;

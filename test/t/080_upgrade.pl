@@ -96,6 +96,8 @@ ok(SdpTest::wait_consumed($node, 'events_flow', 40000), '0.1: events_flow consum
 SdpTest::query($node, 'ALTER EXTENSION sdp_ext UPDATE');
 is(SdpTest::query($node, "SELECT extversion FROM pg_extension WHERE extname = 'sdp_ext'"), $current,
 	"ALTER EXTENSION sdp_ext UPDATE: $current (through every version between)");
+is(SdpTest::query($node, "SELECT sdp_partition_for_key('kafka', 2147483647)"), '1348980580',
+	'0.4: sdp_partition_for_key (the Java client\'s murmur2 of "kafka", 0xd067cf64, made positive)');
 is(SdpTest::query($node, "SELECT string_agg(name || '=' || offsets_stored, ',' ORDER BY name) FROM sdp.flows"),
 	'events_flow=true,zone_flow=true', 'the update marks the offsets of flows that have stored some');
 zone_in(qw(a5));
