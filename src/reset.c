@@ -59,6 +59,7 @@ typedef struct ResetFlow
 	int64		id;
 	bool		stateful;
 	SdpSourceDef source;
+	SdpFlowOptions opts;		/* its share of the partitions (option partitions), if any */
 } ResetFlow;
 
 /*
@@ -80,7 +81,7 @@ reset_load_flow(ResetFlow *f)
 
 	sdp_catalog_enter(&scope);
 	if (SPI_execute_with_args(psprintf("SELECT f.id, f.enabled AND f.failed_at IS NULL, f.operator IS NOT NULL, "
-									   "       %s, f.owner::text, s.name, s.bootstrap_servers, s.topic, s.options "
+									   "       %s, f.owner::text, s.name, s.bootstrap_servers, s.topic, s.options, f.options "
 									   "  FROM sdp.flows f JOIN sdp.sources s ON s.name = f.source "
 									   " WHERE f.name = $1 FOR UPDATE OF f",
 									   sdp_owner_oid_sql("f.owner")),
@@ -103,6 +104,7 @@ reset_load_flow(ResetFlow *f)
 	f->source.bootstrap_servers = SPI_getvalue(tup, desc, 7);
 	f->source.topic = SPI_getvalue(tup, desc, 8);
 	sdp_parse_source_options(DatumGetJsonbP(SPI_getbinval(tup, desc, 9, &isnull)), &f->source);
+	sdp_parse_flow_options(DatumGetJsonbP(SPI_getbinval(tup, desc, 10, &isnull)), &f->opts);
 
 	if (running)
 		ereport(ERROR,
@@ -119,6 +121,18 @@ reset_load_flow(ResetFlow *f)
 				 errmsg("flow \"%s\" is stopping", f->name),
 				 errdetail("Its workers have not all exited yet."),
 				 errhint("Try again when sdp.flow_status shows it stopped.")));
+}
+
+/* Whether the flow reads the partition: every one, or those of its share. */
+static bool
+in_share(ResetFlow *f, int32 partition)
+{
+	if (f->opts.nshare == 0)
+		return true;
+	for (int i = 0; i < f->opts.nshare; i++)
+		if (f->opts.share[i] == partition)
+			return true;
+	return false;
 }
 
 /* partition -> offset pairs from {"p": n, ...}, checked. */
@@ -223,6 +237,12 @@ reset_positions_from(KafkaSource *ks, ResetFlow *f, ResetTo to, TimestampTz ts, 
 						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 						 errmsg("topic \"%s\" has no partition %d", f->source.topic, given_parts[i]),
 						 errdetail("It has %d partitions.", ntopic)));
+			if (!in_share(f, given_parts[i]))
+				ereport(ERROR,
+						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						 errmsg("flow \"%s\" does not read partition %d: it is not in its option \"partitions\"",
+								f->name, given_parts[i]),
+						 errhint("Reset it on the server whose flow reads that partition.")));
 			if (!kafka_source_query_watermarks(ks, given_parts[i], &lo, &hi, RESET_TIMEOUT_MS, &error))
 				ereport(ERROR,
 						(errcode(ERRCODE_CONNECTION_FAILURE),
@@ -240,7 +260,13 @@ reset_positions_from(KafkaSource *ks, ResetFlow *f, ResetTo to, TimestampTz ts, 
 	}
 	else
 	{
-		*parts = topic_parts;
+		/* the flow's partitions: the topic's, or those of its share the topic has */
+		*parts = palloc(sizeof(int32) * Max(ntopic, 1));
+		for (int i = 0; i < ntopic; i++)
+			if (in_share(f, topic_parts[i]))
+				(*parts)[n++] = topic_parts[i];
+		topic_parts = *parts;
+		ntopic = n;
 		*offs = palloc(sizeof(int64) * Max(ntopic, 1));
 		for (int i = 0; i < ntopic; i++)
 		{
