@@ -1,5 +1,7 @@
 # Replay gives the same answer: a window_agg flow aggregates 30,000
-# out-of-order payment events live; then its target is emptied and the flow
+# out-of-order payment events live (altered mid-stream with sdp_alter_flow,
+# which keeps its state: the live windows also equal the SQL GROUP BY over
+# the events); then its target is emptied and the flow
 # reset to 'earliest' (its state cleared), and the windows it rebuilds from
 # the backlog, read in large batches, equal the live ones row for row (same
 # emission ids, values and row counts).  It holds because windows are
@@ -19,9 +21,19 @@ my $node = SdpTest::new_node('replay');
 SdpPayments::declare($node, $broker);
 SdpPayments::warm_up($node, $broker);
 
-my $report = SdpKafka::run_paymentsim(bootstrap => $broker->bootstrap, topic => 'payments',
-	args => [ '--count', 30000, '--rate', 10000, '--linger-ms', 5, '--merchants', 50, '--event-time', 'step:10',
+my $producer = SdpKafka::start_paymentsim(bootstrap => $broker->bootstrap, topic => 'payments',
+	args => [ '--count', 30000, '--rate', 6000, '--linger-ms', 5, '--merchants', 50, '--event-time', 'step:10',
 			  '--disorder-ms', 3000, '--late-share', '0', '--seed', 39 ]);
+# mid-stream, a change of the flow's own options keeps the operator's state
+# (sdp_alter_flow): a window open across it must still hold all its events
+ok(SdpTest::wait_for($node, 'SELECT count(*) > 300 FROM payment_windows'), 'windows are being emitted');
+my $log_offset = -s $node->logfile;
+SdpTest::query($node, qq{SELECT sdp_alter_flow('payments_agg', options => '{"checkpoint_interval": "2 seconds"}')});
+ok($node->wait_for_log(qr/sdp flow "payments_agg" restored the state of \d+ keys/, $log_offset),
+	'its worker restarted with the new options and restored its state');
+ok(SdpTest::wait_for($node, "SELECT options->>'checkpoint_interval' = '2 seconds' FROM sdp.flows WHERE name = 'payments_agg'"),
+	'payments_agg altered mid-stream');
+my $report = $producer->finish;
 is($report->{delivered}, 30000, 'payment_sim delivered 30,000 out-of-order events (up to 3 s early or late)');
 # one event ten minutes of event time later in each partition: the watermark
 # passes every window of the stream (the closers' own windows stay open)
@@ -46,6 +58,14 @@ SQL
 ok($node->poll_query_until('postgres',
 		"SELECT count(*) = $closed FROM payment_windows WHERE window_start < '2026-01-01 00:09:00+00'"),
 	"live: all $closed windows of the stream emitted");
+is(SdpTest::query($node, <<'SQL'), '', 'live: every window equals the SQL GROUP BY over its events, across the alter');
+SELECT string_agg(coalesce(e.emission_id, w.emission_id) || ' expected ' || coalesce(e.value::text, '-') || '/' || coalesce(e.row_count::text, '-')
+                  || ' got ' || coalesce(w.value::text, '-') || '/' || coalesce(w.row_count::text, '-'), E'\n')
+  FROM (SELECT * FROM expected WHERE window_start < '2026-01-01 00:09:00+00') e
+  FULL JOIN (SELECT * FROM payment_windows WHERE definition <> 'merchants_per_country'
+                AND window_start < '2026-01-01 00:09:00+00') w USING (emission_id)
+ WHERE e.value IS DISTINCT FROM w.value OR e.row_count IS DISTINCT FROM w.row_count
+SQL
 is(SdpTest::query($node, "SELECT count(*) FROM payment_windows WHERE window_start >= '2026-01-01 00:09:00+00'"),
 	'0', 'live: the closers\' windows are still open');
 is(SdpTest::query($node, "SELECT count(*) FROM sdp.dead_letters WHERE flow = 'payments_agg'"), '0', 'live: no event was late');
