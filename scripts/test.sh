@@ -17,6 +17,8 @@
 #   SDP_SERVERS="packaged"   run on one server only (default: "packaged cassert")
 #   SDP_TESTS="test/t/010_append_exactly_once.pl"   only these TAP files
 #   SDP_REGRESS=0            skip pg_regress
+#   SDP_TEST_JOBS=2          TAP files run at once (prove -j; default 2: each
+#                            file has its own servers, broker and ports)
 #
 # The last line of output is "N passed, N failed".  Exit status 0 only if
 # nothing failed.  Leaves no server or broker running.
@@ -94,7 +96,7 @@ run_suite() {
   local prove_tests=()
   [ -n "${SDP_TESTS:-}" ] && prove_tests=(PROVE_TESTS="$SDP_TESTS")
   sdp_as_postgres make -C "$work" -s tapcheck PG_CONFIG="$bin/pg_config" "${prove_tests[@]}" \
-      PROVE_FLAGS="-I test/perl --verbose --merge" 2>&1 | tee "$tap_log"
+      PROVE_FLAGS="-j${SDP_TEST_JOBS:-2} -I test/perl --verbose --merge" 2>&1 | tee "$tap_log"
   # TAP: one line per assertion at the top level of each test file; a file that
   # died or misplanned counts once more unless it already reported a failure
   # (prove says NOTESTS when every file skipped).

@@ -26,9 +26,19 @@ SELECT pg_temp.refused($$SELECT sdp_create_source('s', '127.0.0.1:9', 'x', '{"no
 SELECT pg_temp.refused($$SELECT sdp_create_source('s', '127.0.0.1:9', 'x', '{"fetch.wait.max.ms": "soon"}')$$);
 SELECT pg_temp.refused($$SELECT sdp_create_source('s', '127.0.0.1:9', 'x', '{"enable.auto.commit": "true"}')$$);
 SELECT pg_temp.refused($$SELECT sdp_create_source('s', '127.0.0.1:9', 'x', '{"starting_offsets": "middle"}')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_source('s', '127.0.0.1:9', 'x', '{"starting_offsets": "infinity"}')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_source('s', '127.0.0.1:9', 'x', '{"starting_offsets": "2026-13-01"}')$$);
 SELECT pg_temp.refused($$SELECT sdp_create_source('s', '127.0.0.1:9', 'x', '[1, 2]')$$);
 SELECT pg_temp.refused($$SELECT sdp_create_source('s', '127.0.0.1:9', 'x', '{"client.id": {"nested": 1}}')$$);
 SELECT count(*) AS sources FROM sdp.sources;
+-- a timestamp: the first message at or after it; stored in UTC (a zone-less
+-- one is in the declaring session's TimeZone)
+SET TimeZone = 'Europe/Paris';
+SELECT sdp_create_source('from_time', '127.0.0.1:9', 'x', '{"starting_offsets": "2026-12-01 08:00"}');
+SELECT sdp_create_source('from_time_utc', '127.0.0.1:9', 'x', '{"starting_offsets": "2026-12-01T06:00:00.5+00"}');
+RESET TimeZone;
+SELECT name, options->>'starting_offsets' AS starting_offsets FROM sdp.sources WHERE name LIKE 'from_time%' ORDER BY name;
+SELECT sdp_drop_source('from_time'), sdp_drop_source('from_time_utc');
 
 -- Credentials: only superusers read sdp.sources; sdp.source_list masks secrets
 -- and shows each role its own sources.

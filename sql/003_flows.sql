@@ -105,6 +105,19 @@ SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'ic
 SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text', options => '{"workers": 0}')$$);
 SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text', options => '{"workers": 65}')$$);
 SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text', options => '{"workers": 17}')$$);
+-- a share of the topic's partitions: a JSON array of distinct partition numbers, one at least per worker
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text', options => '{"partitions": []}')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text', options => '{"partitions": 3}')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text', options => '{"partitions": "0, 1"}')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text', options => '{"partitions": {"0": 1}}')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text', options => '{"partitions": [0, -1]}')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text', options => '{"partitions": [0, 1.5]}')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text', options => '{"partitions": [0, 2147483648]}')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text', options => '{"partitions": [0, "1"]}')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text', options => '{"partitions": [0, null]}')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text', options => '{"partitions": [0, [1]]}')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text', options => '{"partitions": [2, 0, 2]}')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text', options => '{"partitions": [0, 1], "workers": 3}')$$);
 SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text', options => '{"checkpoint_interval": "soonish"}')$$);
 SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text', options => '{"max_batch_rows": 0}')$$);
 SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text', options => '{"synchronous_commit": "sometimes"}')$$);
@@ -134,6 +147,19 @@ RESET ROLE;
 SET ROLE sdp_nologin;
 SELECT pg_temp.refused($$SELECT sdp_create_flow('f3', 'flights', 'positions', 'icao24 text')$$);
 RESET ROLE;
+-- tombstones that delete need upsert mode, a one-column primary key, no
+-- operator, and DELETE on the target
+SELECT pg_temp.refused($$SELECT sdp_create_flow('t', 'flights', 'positions', 'icao24 text', options => '{"on_tombstone": "sometimes"}')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_flow('t', 'flights', 'positions', 'icao24 text', options => '{"on_tombstone": "delete", "mode": "append"}')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_flow('t', 'flights', 'events', 'seq bigint, icao24 text', options => '{"on_tombstone": "delete"}')$$);
+CREATE TABLE pairs (a text, b text, n int, PRIMARY KEY (a, b));
+SELECT pg_temp.refused($$SELECT sdp_create_flow('t', 'flights', 'pairs', 'a text, b text, n int', options => '{"on_tombstone": "delete"}')$$);
+DROP TABLE pairs;
+GRANT UPDATE ON positions TO sdp_app;
+SET ROLE sdp_app;
+SELECT pg_temp.refused($$SELECT sdp_create_flow('t', 'app_flights', 'positions', 'icao24 text', options => '{"on_tombstone": "delete"}')$$);
+RESET ROLE;
+REVOKE UPDATE ON positions FROM sdp_app;
 -- another role cannot stop, start or drop it
 CREATE ROLE sdp_other LOGIN;
 GRANT sdp_other TO CURRENT_USER;
@@ -157,6 +183,16 @@ RESET ROLE;
 SELECT kafka_partition, kafka_offset, requested_by FROM sdp.skipped_messages ORDER BY 1, 2;
 SELECT name, owner, target, options FROM sdp.flows ORDER BY name;
 SELECT sdp_drop_flow('f');
+
+-- a flow over a share of the partitions: its workers divide the share, so no more workers than partitions in it
+SELECT sdp_create_flow('shard', 'flights', 'events', 'seq bigint', options => '{"partitions": [6, 0, 2]}');
+SELECT pg_temp.refused($$SELECT sdp_set_flow_workers('shard', 4)$$);
+-- and reads no other partition: a message of one is skipped on the server that reads it
+SELECT pg_temp.refused($$SELECT sdp_skip_message('shard', 1, 0)$$);
+SELECT sdp_skip_message('shard', 2, 0);
+SELECT sdp_set_flow_workers('shard', 3);
+SELECT options FROM sdp.flows WHERE name = 'shard';
+SELECT sdp_drop_flow('shard');
 
 -- a complete declaration: stored with the resolved mode, and started
 SELECT sdp_create_flow('positions_flow', 'flights', 'positions',

@@ -62,6 +62,8 @@ SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'events', NULL, 'seq bigint
                                                 options => '{"mode": "upsert"}', sink => 'alerts')$$);
 SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'events', NULL, 'seq bigint, zone text',
                                                 options => '{"workers": 2}', sink => 'alerts')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'events', NULL, 'seq bigint, zone text',
+                                                options => '{"on_tombstone": "delete"}', sink => 'alerts')$$);
 SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'events', NULL, 'zone text, icao24 text, ts timestamptz',
                                                 operator => 'active_count', options => '{"key": "zone", "member": "icao24", "ttl": "1 min"}',
                                                 sink => 'alerts')$$);
@@ -76,6 +78,9 @@ SELECT sdp_create_flow(name => 'to_alerts', source => 'events', schema => 'seq b
 SELECT sdp_create_flow('all_to_alerts', 'events', NULL, 'seq bigint, zone text', sink => 'alerts',
                        options => '{"sink_key": "kafka_key"}');
 SELECT pg_temp.refused($$SELECT sdp_set_flow_workers('all_to_alerts', 2)$$);
+-- sdp_alter_flow keeps the sink, and checks sink_key as sdp_create_flow does
+SELECT sdp_alter_flow('to_alerts', transform => 'SELECT seq, lower(zone) AS zone FROM input');
+SELECT pg_temp.refused($$SELECT sdp_alter_flow('to_alerts', options => '{"sink_key": "nope"}')$$);
 SELECT name, target, sink, options FROM sdp.flows ORDER BY name;
 SELECT flow, target, source FROM sdp.flow_status ORDER BY flow;
 SELECT pg_temp.refused($$SELECT sdp_drop_sink('alerts')$$);

@@ -34,6 +34,7 @@
 #include "kafka_source.h"
 #include "operator.h"
 #include "pipeline.h"
+#include "tombstone.h"
 
 PG_FUNCTION_INFO_V1(sdp_create_source);
 PG_FUNCTION_INFO_V1(sdp_drop_source);
@@ -200,6 +201,19 @@ sdp_create_source(PG_FUNCTION_ARGS)
 	values[1] = CStringGetTextDatum(servers);
 	values[2] = CStringGetTextDatum(topic);
 	values[3] = options ? JsonbPGetDatum(options) : DirectFunctionCall1(jsonb_in, CStringGetDatum("{}"));
+	if (def.start_at_time_set)
+	{
+		/* stored in UTC: the workers need not share the declaring session's TimeZone */
+		Oid			settypes[2] = {JSONBOID, TIMESTAMPTZOID};
+		Datum		setvalues[2] = {values[3], TimestampTzGetDatum(def.start_at_time)};
+		bool		isnull;
+
+		if (SPI_execute_with_args("SELECT pg_catalog.jsonb_set($1, '{starting_offsets}', "
+								  "  pg_catalog.to_jsonb(pg_catalog.to_char($2 AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')))",
+								  2, settypes, setvalues, NULL, true, 1) != SPI_OK_SELECT)
+			elog(ERROR, "could not store starting_offsets");
+		values[3] = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	}
 	values[4] = ObjectIdGetDatum(GetUserId());
 	catalog_execute(psprintf("INSERT INTO sdp.sources (name, bootstrap_servers, topic, options, owner) "
 							 "VALUES ($1, $2, $3, $4, %s)", sdp_owner_value_sql("$5")),
@@ -432,7 +446,7 @@ sdp_create_flow(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("unknown option \"%.*s\"", v.val.string.len, v.val.string.val),
-				 errhint("Flow options are mode, on_error, workers, checkpoint_interval, state_memory_limit, synchronous_commit, max_batch_rows, max_batch_bytes, max_batch_wait, progress_interval and notify; operators take more.")));
+				 errhint("Flow options are mode, on_error, workers, partitions, checkpoint_interval, state_memory_limit, synchronous_commit, max_batch_rows, max_batch_bytes, max_batch_wait, progress_interval and notify; operators take more.")));
 	}
 
 	check_flow_workers(opts.workers, op, NULL);
@@ -446,6 +460,11 @@ sdp_create_flow(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 				 errmsg("a flow with a sink cannot have %s yet", op ? "an operator" : "several workers"),
 				 op ? errhint("Write the operator's rows into a table.") : errhint("Run the flow in one worker.")));
+	if (sink_name != NULL && opts.on_tombstone == SDP_TOMBSTONE_DELETE)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("option \"on_tombstone\": \"delete\" is for flows into a table"),
+				 errhint("A flow with a sink only appends messages; use \"skip\" or \"dead_letter\".")));
 	if (sink_name != NULL && opts.mode_given && opts.mode != SDP_MODE_APPEND)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -508,6 +527,7 @@ sdp_create_flow(PG_FUNCTION_ARGS)
 		opts.mode = has_pk ? SDP_MODE_UPSERT : SDP_MODE_APPEND;
 	sdp_sink_prepare(&sink, target, opts.mode, write_desc, transform_sql == NULL && op == NULL);
 	sdp_sink_check_privileges(&sink, GetUserId());
+	sdp_tombstone_prepare(&opts, op != NULL, target, GetUserId(), NULL);
 	PopActiveSnapshot();
 
 	/* Store it, with the resolved mode written out. */
@@ -736,13 +756,37 @@ sdp_skip_message(PG_FUNCTION_ARGS)
 	sdp_check_owner(owner, owner_name, "flow", name);
 	values[0] = CStringGetTextDatum(name);
 	argtypes[0] = TEXTOID;
-	catalog_execute("SELECT id FROM sdp.flows WHERE name = $1", 1, argtypes, values, NULL, true);
+	catalog_execute("SELECT id, options FROM sdp.flows WHERE name = $1", 1, argtypes, values, NULL, true);
 	if (SPI_processed == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
 				 errmsg("flow \"%s\" does not exist", name)));
 	flow_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	argtypes[0] = INT8OID;
+
+	/* a flow over a share of the partitions never reads the others: another server does */
+	{
+		Datum		options = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull);
+		SdpFlowOptions opts;
+
+		if (!isnull)
+		{
+			sdp_parse_flow_options(DatumGetJsonbP(options), &opts);
+			if (!sdp_worker_owns_partition(&opts, partition, 0, 1))
+			{
+				StringInfoData share;
+
+				initStringInfo(&share);
+				for (int i = 0; i < opts.nshare; i++)
+					appendStringInfo(&share, "%s%d", i > 0 ? ", " : "", opts.share[i]);
+				ereport(ERROR,
+						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						 errmsg("partition %d is not in the share of flow \"%s\" on this server", partition, name),
+						 errdetail("Its option \"partitions\" is [%s].", share.data),
+						 errhint("Skip the message on the server whose flow consumes partition %d.", partition)));
+			}
+		}
+	}
 
 	next = processed_up_to(name, flow_id, partition);
 	if (offset < next)
@@ -821,6 +865,18 @@ sdp_set_flow_workers(PG_FUNCTION_ARGS)
 	opname = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
 	if (opname != NULL)
 		op = sdp_find_operator(opname);
+	/* with a share of the partitions (option partitions), each worker needs one of them */
+	{
+		bool		isnull;
+		Datum		stored = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 4, &isnull);
+		SdpFlowOptions current;
+
+		if (!isnull)
+		{
+			sdp_parse_flow_options(DatumGetJsonbP(stored), &current);
+			sdp_check_share_workers(workers, current.nshare);
+		}
+	}
 	if (op != NULL && workers > 1)
 	{
 		char	   *schema_text = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);

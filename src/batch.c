@@ -32,6 +32,7 @@
  * unique per message, so the replay duplicates nothing).
  */
 #include "batch.h"
+#include "tombstone.h"
 
 #include "access/xact.h"
 #include "catalog/pg_type.h"
@@ -44,6 +45,7 @@
 #include "dead_letter.h"
 #include "isolate.h"
 #include "json_decode.h"
+#include "kafka_source.h"
 #include "offsets.h"
 #include "skip.h"
 #include "stateful.h"
@@ -99,7 +101,25 @@ decode_one(DecodeRun *d, int i)
 	/* the owner asked to skip it: it is dead-lettered as it is (b->skipped) */
 	if (b->skip_msg != NULL && b->skip_msg[i])
 		return;
-	if (!sdp_decode_message(w->schema, m->payload, m->len, values, nulls, &error, &sqlstate))
+	/* a tombstone: skipped (counted at the end), or a row that deletes (tombstone.c) */
+	b->row_tomb[b->nrows] = false;
+	if (m->payload == NULL && w->opts.on_tombstone == SDP_TOMBSTONE_SKIP)
+		return;
+	if (m->payload == NULL && w->opts.on_tombstone == SDP_TOMBSTONE_DELETE)
+	{
+		if (m->key == NULL || !sdp_bytes_are_text(m->key, m->key_len))
+		{
+			sdp_dead_letter_add(b, m, "decode",
+								pstrdup(m->key == NULL ? "a tombstone without a key: no row to delete"
+										: "a tombstone whose key is not text: no row to delete"),
+								ERRCODE_INVALID_PARAMETER_VALUE);
+			return;
+		}
+		for (int c = 0; c < ncols; c++)
+			nulls[c] = true;
+		b->row_tomb[b->nrows] = true;
+	}
+	else if (!sdp_decode_message(w->schema, m->payload, m->len, values, nulls, &error, &sqlstate))
 	{
 		sdp_dead_letter_add(b, m, "decode", error, sqlstate);
 		return;
@@ -130,6 +150,13 @@ decode_one(DecodeRun *d, int i)
 	if (!nulls[ncols + SDP_META_TIMESTAMP])
 		values[ncols + SDP_META_TIMESTAMP] =
 			TimestampTzGetDatum(ts * 1000 - (int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * USECS_PER_DAY);
+
+	if (w->schema->nmeta > SDP_META_HEADERS)
+	{
+		nulls[ncols + SDP_META_HEADERS] = true;
+		if (w->want_headers)
+			values[ncols + SDP_META_HEADERS] = kafka_message_headers_jsonb(m, &nulls[ncols + SDP_META_HEADERS]);
+	}
 
 	b->rows[b->nrows] = heap_form_tuple(w->schema->tupdesc, values, nulls);
 	b->row_msg[b->nrows] = i;
@@ -187,6 +214,7 @@ stage_decode(FlowWorker *w, Batch *b, bool isolate)
 	b->dead = NIL;
 	b->rows = palloc(sizeof(HeapTuple) * Max(b->nmsgs, 1));
 	b->row_msg = palloc(sizeof(int) * Max(b->nmsgs, 1));
+	b->row_tomb = palloc0(sizeof(bool) * Max(b->nmsgs, 1));
 	if (!isolate)
 	{
 		b->decode_raised = true;	/* until it returns */
@@ -241,12 +269,27 @@ transform_and_write(void *arg, int lo, int hi)
 	int			nout;
 	int64		written;
 
+	HeapTuple  *rows = r->b->rows + lo;
+	int			nrows = hi - lo;
+	int64		deleted = 0;
+	int			ntomb = 0;
+
+	if (r->w->tombstone_plan != NULL)
+	{
+		/* tombstones first, and the rows they would delete left out */
+		r->stage = "write";
+		rows = palloc(sizeof(HeapTuple) * Max(hi - lo, 1));
+		deleted = sdp_tombstone_apply(r->w, r->b, lo, hi, rows, &nrows);
+		for (int i = lo; i < hi; i++)
+			ntomb += r->b->row_tomb[i];
+	}
 	r->stage = "transform";
-	nout = sdp_transform_run(&r->w->transform, r->b->rows + lo, hi - lo, &out);
+	nout = sdp_transform_run(&r->w->transform, rows, nrows, &out);
 	r->stage = "write";
 	written = sdp_sink_write(&r->w->sink, out, nout);
 	r->b->rows_out += nout;
-	r->b->rows_written += written;
+	r->b->rows_written += written + deleted;
+	r->b->rows_tomb += ntomb;
 	r->nunits_ok += hi - lo;
 }
 
@@ -621,6 +664,7 @@ attempt(FlowWorker *w, Batch *b, bool isolate, char **fail_message)
 	bool		ok = true;
 
 	b->rows_out = 0;
+	b->rows_tomb = 0;
 	b->rows_written = 0;
 	b->rows_skipped = 0;
 	b->rows_late = 0;
@@ -755,6 +799,7 @@ sdp_batch_account(FlowWorker *w, Batch *b)
 	int			ndead = list_length(b->dead);
 	int			nskipped = list_length(b->skipped);
 	int64		filtered;
+	int64		tomb_skipped = 0;
 
 	memcpy(w->next_offset, b->next, sizeof(int64) * w->npartitions);
 	for (int i = 0; i < b->nmsgs; i++)
@@ -772,7 +817,11 @@ sdp_batch_account(FlowWorker *w, Batch *b)
 	}
 	if (b->nmsgs > 0)
 		sdp_metrics_batch(&w->metrics, b->nmsgs, b->rows_written, (commit_us - b->read_us) / 1000.0);
-	filtered = Max(0, b->nrows - b->rows_skipped - (ndead - b->ndead_decode) - b->rows_out);
+	filtered = Max(0, b->nrows - b->rows_skipped - (ndead - b->ndead_decode) - b->rows_out - b->rows_tomb);
+	/* tombstones skipped (on_tombstone = skip) never became rows */
+	if (w->opts.on_tombstone == SDP_TOMBSTONE_SKIP)
+		for (int i = 0; i < b->nmsgs; i++)
+			tomb_skipped += (b->msgs[i]->payload == NULL && (b->skip_msg == NULL || !b->skip_msg[i]));
 
 	SpinLockAcquire(&w->slot->mutex);
 	w->slot->messages_read += b->nmsgs;
@@ -786,6 +835,7 @@ sdp_batch_account(FlowWorker *w, Batch *b)
 		w->slot->rows_dead_lettered += ndead;
 	}
 	w->slot->rows_dead_lettered += nskipped;
+	w->slot->rows_skipped += tomb_skipped;
 	w->slot->rows_late += b->rows_late;
 	if (b->nmsgs > 0)
 		w->slot->batches++;

@@ -26,13 +26,24 @@ typedef enum SdpOnError
 	SDP_ON_ERROR_FAIL
 } SdpOnError;
 
+/* What a flow does with a tombstone (a message with a key and no value). */
+typedef enum SdpOnTombstone
+{
+	SDP_TOMBSTONE_DEAD_LETTER,
+	SDP_TOMBSTONE_SKIP,
+	SDP_TOMBSTONE_DELETE		/* upsert: delete the target row whose primary key is the message key */
+} SdpOnTombstone;
+
 /* Options of a flow (sdp_create_flow's options), with their defaults applied. */
 typedef struct SdpFlowOptions
 {
 	bool		mode_given;		/* mode was set explicitly */
 	SdpWriteMode mode;
 	SdpOnError	on_error;
+	SdpOnTombstone on_tombstone;
 	int			workers;		/* background workers, each consuming its share of the partitions */
+	int			nshare;			/* option partitions: how many; 0 = every partition of the topic */
+	int32	   *share;			/* ... the partition numbers, sorted */
 	int			checkpoint_interval_ms;
 	char	   *synchronous_commit;
 	int			max_batch_rows;
@@ -52,7 +63,9 @@ typedef struct SdpSourceDef
 	char	   *bootstrap_servers;
 	char	   *topic;
 	char	   *owner;
-	bool		start_at_earliest;	/* starting_offsets */
+	bool		start_at_earliest;	/* starting_offsets: earliest or latest */
+	bool		start_at_time_set;	/* starting_offsets: a timestamp */
+	TimestampTz start_at_time;
 	List	   *properties;		/* librdkafka key, value pairs: List of char* */
 } SdpSourceDef;
 
@@ -96,14 +109,16 @@ typedef struct SdpInputColumn
 #define SDP_META_OFFSET		2
 #define SDP_META_KEY		3
 #define SDP_META_TIMESTAMP	4
-#define SDP_NUM_META		5
+#define SDP_META_HEADERS	5		/* absent when the schema declares a field of that name */
+#define SDP_NUM_META		6
 
 /* The declared input schema: the JSON fields, then the metadata columns. */
 typedef struct SdpInputSchema
 {
 	int			ncolumns;		/* declared columns */
 	SdpInputColumn *columns;
-	TupleDesc	tupdesc;		/* ncolumns + SDP_NUM_META attributes */
+	TupleDesc	tupdesc;		/* ncolumns + nmeta attributes */
+	int			nmeta;			/* SDP_NUM_META, or one less: a declared kafka_headers (before 0.4) is the user's */
 } SdpInputSchema;
 
 /* flow_options.c */
@@ -114,6 +129,9 @@ extern int	sdp_interval_option_ms(const char *option, const char *text);
 extern int64 sdp_interval_option_us(const char *option, const char *text);
 extern const char *sdp_write_mode_name(SdpWriteMode mode);
 extern void sdp_check_workers(int workers);
+extern void sdp_check_share_workers(int workers, int nshare);
+extern bool sdp_worker_owns_partition(const SdpFlowOptions *opts, int32 partition,
+									 int worker_no, int nworkers);
 
 /* input_schema.c */
 extern SdpInputSchema *sdp_parse_input_schema(const char *schema_text);

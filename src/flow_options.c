@@ -130,6 +130,85 @@ memory_option_kb(const char *option, const char *text)
 	return kb;
 }
 
+static int
+int32_cmp(const void *a, const void *b)
+{
+	int32		x = *(const int32 *) a;
+	int32		y = *(const int32 *) b;
+
+	return x < y ? -1 : x > y ? 1 : 0;
+}
+
+/*
+ * Option "partitions": the share of the topic's partitions this server's
+ * flow consumes, a JSON array of distinct partition numbers (from 0), kept
+ * sorted.  The topic need not have them all yet (worker.c).
+ */
+static void
+share_option(JsonbValue *v, SdpFlowOptions *opts)
+{
+	const char *hint = "Give the Kafka partitions the flow consumes on this server, e.g. [0, 1, 2, 3], or leave the option out for every partition of the topic.";
+	JsonbIterator *it;
+	JsonbValue	elem;
+	JsonbIteratorToken tok;
+	int			n = 0;
+	int			size;
+
+	if (v->type != jbvBinary || !JsonContainerIsArray(v->val.binary.data) ||
+		JsonContainerIsScalar(v->val.binary.data))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("option \"partitions\" must be a JSON array of partition numbers"),
+				 errhint("%s", hint)));
+	size = JsonContainerSize(v->val.binary.data);
+	if (size == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("option \"partitions\" must not be empty"),
+				 errhint("%s", hint)));
+	opts->share = palloc(sizeof(int32) * size);
+	it = JsonbIteratorInit(v->val.binary.data);
+	while ((tok = JsonbIteratorNext(&it, &elem, true)) != WJB_DONE)
+	{
+		char	   *text;
+		char	   *end;
+		long		p;
+
+		if (tok != WJB_ELEM)
+			continue;
+		if (elem.type != jbvNumeric)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("option \"partitions\" must hold partition numbers, not %s",
+							elem.type == jbvString ? "strings" :
+							elem.type == jbvNull ? "null" :
+							elem.type == jbvBool ? "booleans" : "arrays or objects"),
+					 errhint("%s", hint)));
+		text = DatumGetCString(DirectFunctionCall1(numeric_out, NumericGetDatum(elem.val.numeric)));
+		errno = 0;
+		p = strtol(text, &end, 10);
+		if (end == text || *end != '\0' || errno != 0 || p > PG_INT32_MAX || p < PG_INT32_MIN)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("option \"partitions\" must hold integers from 0 to %d, not %s", PG_INT32_MAX, text),
+					 errhint("%s", hint)));
+		if (p < 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("option \"partitions\" holds a negative partition number: %ld", p),
+					 errhint("Kafka numbers a topic's partitions from 0.")));
+		opts->share[n++] = (int32) p;
+	}
+	qsort(opts->share, n, sizeof(int32), int32_cmp);
+	for (int i = 1; i < n; i++)
+		if (opts->share[i] == opts->share[i - 1])
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("option \"partitions\" holds partition %d more than once", opts->share[i]),
+					 errhint("Give each partition once.")));
+	opts->nshare = n;
+}
+
 const char *
 sdp_write_mode_name(SdpWriteMode mode)
 {
@@ -212,8 +291,25 @@ sdp_parse_flow_options(Jsonb *options, SdpFlowOptions *opts)
 						 errmsg("invalid value for option \"on_error\": \"%s\"", val),
 						 errhint("Valid values are \"dead_letter\", \"skip\" and \"fail\".")));
 		}
+		else if (strcmp(key, "on_tombstone") == 0)
+		{
+			val = jsonb_scalar_text(key, &v);
+			if (strcmp(val, "dead_letter") == 0)
+				opts->on_tombstone = SDP_TOMBSTONE_DEAD_LETTER;
+			else if (strcmp(val, "skip") == 0)
+				opts->on_tombstone = SDP_TOMBSTONE_SKIP;
+			else if (strcmp(val, "delete") == 0)
+				opts->on_tombstone = SDP_TOMBSTONE_DELETE;
+			else
+				ereport(ERROR,
+						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						 errmsg("invalid value for option \"on_tombstone\": \"%s\"", val),
+						 errhint("Valid values are \"dead_letter\", \"skip\" and \"delete\".")));
+		}
 		else if (strcmp(key, "workers") == 0)
 			opts->workers = int_option(key, jsonb_scalar_text(key, &v), 1, SDP_MAX_WORKERS);
+		else if (strcmp(key, "partitions") == 0)
+			share_option(&v, opts);
 		else if (strcmp(key, "checkpoint_interval") == 0)
 			opts->checkpoint_interval_ms = Max(1, sdp_interval_option_ms(key, jsonb_scalar_text(key, &v)));
 		else if (strcmp(key, "progress_interval") == 0)
@@ -272,6 +368,30 @@ sdp_parse_flow_options(Jsonb *options, SdpFlowOptions *opts)
 	}
 	if (any_unknown)
 		opts->operator_options = JsonbValueToJsonb(pushJsonbValue(&state, WJB_END_OBJECT, NULL));
+	sdp_check_share_workers(opts->workers, opts->nshare);
+}
+
+/*
+ * A finite timestamp with time zone (a zone-less one is in the session's
+ * TimeZone), without raising an error for text that is not one.
+ */
+static bool
+parse_start_time(const char *str, TimestampTz *result)
+{
+	char		workbuf[MAXDATELEN + MAXDATEFIELDS];
+	char	   *field[MAXDATEFIELDS];
+	int			ftype[MAXDATEFIELDS];
+	int			nf;
+	int			dtype;
+	int			tz;
+	fsec_t		fsec;
+	struct pg_tm tt;
+
+	if (ParseDateTime(str, workbuf, sizeof(workbuf), field, ftype, MAXDATEFIELDS, &nf) != 0 ||
+		DecodeDateTime(field, ftype, nf, &dtype, &tt, &fsec, &tz) != 0 ||
+		dtype != DTK_DATE || tm2timestamp(&tt, fsec, &tz, result) != 0)
+		return false;
+	return !TIMESTAMP_NOT_FINITE(*result);
 }
 
 /*
@@ -313,11 +433,13 @@ sdp_parse_source_options(Jsonb *options, SdpSourceDef *source)
 				source->start_at_earliest = true;
 			else if (strcmp(val, "latest") == 0)
 				source->start_at_earliest = false;
+			else if (parse_start_time(val, &source->start_at_time))
+				source->start_at_time_set = true;
 			else
 				ereport(ERROR,
 						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 						 errmsg("invalid value for option \"starting_offsets\": \"%s\"", val),
-						 errhint("Valid values are \"earliest\" and \"latest\".")));
+						 errhint("Valid values are \"earliest\", \"latest\" and a timestamp, e.g. \"2026-12-01T06:00:00Z\".")));
 		}
 		else
 			source->properties = lappend(lappend(source->properties, key), val);
@@ -380,4 +502,46 @@ sdp_check_workers(int workers)
 						workers, workers, max_worker_processes),
 				 errhint("Raise max_worker_processes to at least %d (plus what other flows and extensions use) and restart the server.",
 						 workers + 1)));
+}
+
+/* With a share of the partitions (option partitions), each worker needs one of them at least. */
+void
+sdp_check_share_workers(int workers, int nshare)
+{
+	if (nshare > 0 && workers > nshare)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("a flow with %d workers needs a share of at least %d partitions, but option \"partitions\" has %d",
+						workers, workers, nshare),
+				 errhint("The workers divide the share: ask for at most %d workers, or give more partitions.", nshare)));
+}
+
+/*
+ * Whether the topic's partition is worker worker_no's, of the flow's
+ * nworkers.  Without a share (option partitions), partition p is worker
+ * p % nworkers's, so a partition added to the topic is taken by exactly
+ * one worker.  With a share, only its partitions are the flow's, and the
+ * workers divide it by position in the sorted share: [0, 2, 4, 6] over 2
+ * workers is {0, 4} and {2, 6}, where p % 2 would leave worker 1 idle.
+ */
+bool
+sdp_worker_owns_partition(const SdpFlowOptions *opts, int32 partition, int worker_no, int nworkers)
+{
+	int			lo = 0,
+				hi = opts->nshare - 1;
+
+	if (opts->nshare == 0)
+		return partition % nworkers == worker_no;
+	while (lo <= hi)
+	{
+		int			mid = lo + (hi - lo) / 2;
+
+		if (opts->share[mid] == partition)
+			return mid % nworkers == worker_no;
+		if (opts->share[mid] < partition)
+			lo = mid + 1;
+		else
+			hi = mid - 1;
+	}
+	return false;
 }

@@ -6,8 +6,9 @@
  * own grammar, so quoting, type modifiers and every type spelling work as
  * they do in a table definition.  Nothing is executed.  The relation "input"
  * that a transform reads has the declared columns followed by the metadata
- * columns kafka_topic, kafka_partition, kafka_offset, kafka_key and
- * kafka_timestamp.
+ * columns kafka_topic, kafka_partition, kafka_offset, kafka_key,
+ * kafka_timestamp and kafka_headers (0.4; a field of that name declared in
+ * the schema takes its place).
  */
 #include "flow.h"
 
@@ -24,10 +25,10 @@
 #include "utils/syscache.h"
 
 static const char *const meta_names[SDP_NUM_META] = {
-	"kafka_topic", "kafka_partition", "kafka_offset", "kafka_key", "kafka_timestamp"
+	"kafka_topic", "kafka_partition", "kafka_offset", "kafka_key", "kafka_timestamp", "kafka_headers"
 };
 static const Oid meta_types[SDP_NUM_META] = {
-	TEXTOID, INT4OID, INT8OID, TEXTOID, TIMESTAMPTZOID
+	TEXTOID, INT4OID, INT8OID, TEXTOID, TIMESTAMPTZOID, JSONBOID
 };
 
 bool
@@ -176,7 +177,16 @@ sdp_parse_input_schema(const char *schema_text)
 	schema = palloc0(sizeof(SdpInputSchema));
 	schema->ncolumns = list_length(elts);
 	schema->columns = palloc0(sizeof(SdpInputColumn) * schema->ncolumns);
-	schema->tupdesc = CreateTemplateTupleDesc(schema->ncolumns + SDP_NUM_META);
+	/*
+	 * kafka_headers came in 0.4: a flow declared before with a field of that
+	 * name keeps it, and has no headers column.
+	 */
+	schema->nmeta = SDP_NUM_META;
+	foreach(lc, elts)
+		if (IsA(lfirst(lc), ColumnDef) &&
+			strcmp(((ColumnDef *) lfirst(lc))->colname, meta_names[SDP_META_HEADERS]) == 0)
+			schema->nmeta = SDP_META_HEADERS;
+	schema->tupdesc = CreateTemplateTupleDesc(schema->ncolumns + schema->nmeta);
 
 	foreach(lc, elts)
 	{
@@ -189,11 +199,11 @@ sdp_parse_input_schema(const char *schema_text)
 		def = (ColumnDef *) lfirst(lc);
 		if (def->constraints || def->collClause || def->raw_default || def->is_not_null)
 			schema_error(schema_text, "Only column names and types are allowed, no constraints, defaults or collations.");
-		if (sdp_is_meta_column(def->colname))
+		if (sdp_is_meta_column(def->colname) && strcmp(def->colname, meta_names[SDP_META_HEADERS]) != 0)
 			ereport(ERROR,
 					(errcode(ERRCODE_DUPLICATE_COLUMN),
 					 errmsg("input column \"%s\" is reserved for Kafka metadata", def->colname),
-					 errhint("Every input has kafka_topic, kafka_partition, kafka_offset, kafka_key and kafka_timestamp; do not declare them.")));
+					 errhint("Every input has kafka_topic, kafka_partition, kafka_offset, kafka_key, kafka_timestamp and kafka_headers; do not declare them.")));
 		for (int j = 0; j < i; j++)
 			if (strcmp(schema->columns[j].name, def->colname) == 0)
 				ereport(ERROR,
@@ -209,7 +219,7 @@ sdp_parse_input_schema(const char *schema_text)
 		TupleDescInitEntry(schema->tupdesc, i + 1, col->name, col->typid, col->typmod, 0);
 		i++;
 	}
-	for (int m = 0; m < SDP_NUM_META; m++)
+	for (int m = 0; m < schema->nmeta; m++)
 		TupleDescInitEntry(schema->tupdesc, schema->ncolumns + m + 1,
 						   meta_names[m], meta_types[m], -1, 0);
 	return schema;

@@ -28,6 +28,10 @@
 #include <unistd.h>
 
 #include "miscadmin.h"
+#include "common/base64.h"
+#include "utils/jsonb.h"
+
+#include "dead_letter.h"
 
 #define KAFKA_LOG_RING 8
 
@@ -327,6 +331,231 @@ kafka_source_query_watermarks(KafkaSource *ks, int32 partition, int64 *low, int6
 	*low = lo;
 	*high = hi;
 	return true;
+}
+
+/*
+ * A message's headers as jsonb, {"name": value}: a value that is text in
+ * the database's encoding as a string, other bytes in base64, no value as
+ * null, and a name that comes more than once as an array of its values in
+ * order.  *isnull when the message has no headers.
+ */
+Datum
+kafka_message_headers_jsonb(rd_kafka_message_t *m, bool *isnull)
+{
+	rd_kafka_headers_t *hdrs;
+	JsonbParseState *state = NULL;
+	size_t		n;
+	const char **names;
+	bool	   *done;
+
+	*isnull = true;
+	if (rd_kafka_message_headers(m, &hdrs) != RD_KAFKA_RESP_ERR_NO_ERROR ||
+		(n = rd_kafka_header_cnt(hdrs)) == 0)
+		return (Datum) 0;
+	names = palloc(sizeof(char *) * n);
+	done = palloc0(sizeof(bool) * n);
+	for (size_t i = 0; i < n; i++)
+	{
+		const void *val;
+		size_t		size;
+
+		(void) rd_kafka_header_get_all(hdrs, i, &names[i], &val, &size);
+	}
+	pushJsonbValue(&state, WJB_BEGIN_OBJECT, NULL);
+	for (size_t i = 0; i < n; i++)
+	{
+		JsonbValue	k;
+		int			count = 0;
+
+		if (done[i])
+			continue;
+		for (size_t j = i; j < n; j++)
+			count += (strcmp(names[j], names[i]) == 0);
+		k.type = jbvString;
+		k.val.string.val = (char *) names[i];
+		k.val.string.len = strlen(names[i]);
+		pushJsonbValue(&state, WJB_KEY, &k);
+		if (count > 1)
+			pushJsonbValue(&state, WJB_BEGIN_ARRAY, NULL);
+		for (size_t j = i; j < n; j++)
+		{
+			const char *name;
+			const void *val;
+			size_t		size;
+			JsonbValue	v;
+
+			if (done[j] || strcmp(names[j], names[i]) != 0)
+				continue;
+			done[j] = true;
+			(void) rd_kafka_header_get_all(hdrs, j, &name, &val, &size);
+			if (val == NULL)
+				v.type = jbvNull;
+			else if (sdp_bytes_are_text(val, size) || size == 0)
+			{
+				v.type = jbvString;
+				v.val.string.val = pnstrdup(val, size);
+				v.val.string.len = (int) size;
+			}
+			else
+			{
+				int			len = pg_b64_enc_len((int) size);
+				char	   *b64 = palloc(len + 1);
+
+				len = pg_b64_encode(val, (int) size, b64, len);
+				v.type = jbvString;
+				v.val.string.val = b64;
+				v.val.string.len = Max(len, 0);
+			}
+			pushJsonbValue(&state, count > 1 ? WJB_ELEM : WJB_VALUE, &v);
+		}
+		if (count > 1)
+			pushJsonbValue(&state, WJB_END_ARRAY, NULL);
+	}
+	*isnull = false;
+	return JsonbPGetDatum(JsonbValueToJsonb(pushJsonbValue(&state, WJB_END_OBJECT, NULL)));
+}
+
+/* Milliseconds since 1970 (Kafka's timestamps) of a finite timestamptz. */
+int64
+sdp_timestamptz_to_unix_ms(TimestampTz ts)
+{
+	int64		us = ts + (int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * USECS_PER_DAY;
+
+	return us >= 0 ? us / 1000 : -((-us + 999) / 1000);
+}
+
+/*
+ * The first offset in [from, to) of a partition whose message has a
+ * timestamp at or after ts_ms, read message by message; 'to' when there is
+ * none.  Returns false with *error set when the partition cannot be read
+ * within timeout_ms.  Replaces the worker's assignment: only for a
+ * KafkaSource made for this lookup.
+ */
+static bool
+scan_for_time(KafkaSource *ks, int32 partition, int64 from, int64 to, int64 ts_ms,
+			  int timeout_ms, int64 *found, char **error)
+{
+	rd_kafka_topic_partition_list_t *list = rd_kafka_topic_partition_list_new(1);
+	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), timeout_ms);
+	int64		next = from;
+	bool		ok = true;
+
+	*found = to;
+	rd_kafka_topic_partition_list_add(list, ks->topic, partition)->offset = from;
+	rd_kafka_assign(ks->rk, list);
+	rd_kafka_topic_partition_list_destroy(list);
+	while (next < to)
+	{
+		rd_kafka_message_t *msg;
+
+		CHECK_FOR_INTERRUPTS();
+		if (GetCurrentTimestamp() > deadline)
+		{
+			*error = psprintf("cannot read topic \"%s\" partition %d at offset %lld within %d ms",
+							  ks->topic, partition, (long long) next, timeout_ms);
+			ok = false;
+			break;
+		}
+		msg = rd_kafka_consumer_poll(ks->rk, 100);
+		if (msg == NULL)
+			continue;
+		if (msg->err == RD_KAFKA_RESP_ERR_NO_ERROR && msg->partition == partition && msg->offset >= next)
+		{
+			rd_kafka_timestamp_type_t tstype;
+			int64		ts = rd_kafka_message_timestamp(msg, &tstype);
+
+			next = msg->offset + 1;
+			if (ts >= ts_ms)
+			{
+				*found = msg->offset;
+				rd_kafka_message_destroy(msg);
+				break;
+			}
+		}
+		else if (msg->err != RD_KAFKA_RESP_ERR_NO_ERROR && msg->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
+		{
+			*error = psprintf("cannot read topic \"%s\" partition %d: %s",
+							  ks->topic, partition, rd_kafka_message_errstr(msg));
+			rd_kafka_message_destroy(msg);
+			ok = false;
+			break;
+		}
+		rd_kafka_message_destroy(msg);
+	}
+	rd_kafka_assign(ks->rk, NULL);
+	return ok;
+}
+
+/*
+ * The offset of the first message of a partition whose timestamp is at or
+ * after ts_ms (Kafka's offsets-for-times), or the partition's end offset
+ * when there is none.  A broker that cannot look timestamps up answers that
+ * there is none (the embedded broker, librdkafka's mock cluster, does):
+ * when the partition's last message says otherwise, the partition is read
+ * from its start instead.
+ */
+bool
+kafka_source_offset_for_time(KafkaSource *ks, int32 partition, int64 ts_ms, int64 *offset,
+							 int timeout_ms, char **error)
+{
+	rd_kafka_topic_partition_list_t *list = rd_kafka_topic_partition_list_new(1);
+	rd_kafka_resp_err_t err;
+	int64		lo,
+				hi,
+				answer,
+				last;
+
+	if (!kafka_source_query_watermarks(ks, partition, &lo, &hi, timeout_ms, error))
+		return false;
+	rd_kafka_topic_partition_list_add(list, ks->topic, partition)->offset = ts_ms;
+	err = rd_kafka_offsets_for_times(ks->rk, list, timeout_ms);
+	if (err == RD_KAFKA_RESP_ERR_NO_ERROR)
+		err = list->elems[0].err;
+	answer = list->elems[0].offset;
+	rd_kafka_topic_partition_list_destroy(list);
+	if (err != RD_KAFKA_RESP_ERR_NO_ERROR)
+	{
+		*error = psprintf("cannot look up offsets by time in topic \"%s\" partition %d: %s",
+						  ks->topic, partition, rd_kafka_err2str(err));
+		return false;
+	}
+	if (answer >= 0)
+	{
+		*offset = answer;
+		return true;
+	}
+	*offset = hi;
+	if (hi <= lo)
+		return true;			/* an empty partition */
+	/* "none": believe it when the last message is older */
+	if (!scan_for_time(ks, partition, hi - 1, hi, ts_ms, timeout_ms, &last, error))
+		return false;
+	if (last == hi)
+		return true;
+	return scan_for_time(ks, partition, lo, hi, ts_ms, timeout_ms * 10, offset, error);
+}
+
+/*
+ * kafka_source_offset_for_time with a client of its own, made for the
+ * lookup: a worker's consumer must keep its assignment.
+ */
+bool
+kafka_source_lookup_time(const SdpSourceDef *source, const char *flow_name, int32 partition,
+						 int64 ts_ms, int64 *offset, int timeout_ms, char **error)
+{
+	KafkaSource *ks = kafka_source_create(source, flow_name);
+	volatile bool ok = false;
+
+	PG_TRY();
+	{
+		ok = kafka_source_offset_for_time(ks, partition, ts_ms, offset, timeout_ms, error);
+	}
+	PG_FINALLY();
+	{
+		kafka_source_destroy(ks);
+	}
+	PG_END_TRY();
+	return ok;
 }
 
 /* Consume the given partitions from the given offsets (adding to what is assigned). */

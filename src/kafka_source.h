@@ -19,6 +19,13 @@ extern int	kafka_source_list_partitions(KafkaSource *ks, int32 **partitions,
 extern bool kafka_source_query_watermarks(KafkaSource *ks, int32 partition,
 										  int64 *low, int64 *high, int timeout_ms,
 										  char **error);
+extern int64 sdp_timestamptz_to_unix_ms(TimestampTz ts);
+extern Datum kafka_message_headers_jsonb(rd_kafka_message_t *m, bool *isnull);
+extern bool kafka_source_offset_for_time(KafkaSource *ks, int32 partition, int64 ts_ms,
+										 int64 *offset, int timeout_ms, char **error);
+extern bool kafka_source_lookup_time(const SdpSourceDef *source, const char *flow_name,
+									 int32 partition, int64 ts_ms, int64 *offset,
+									 int timeout_ms, char **error);
 extern void kafka_source_assign(KafkaSource *ks, int n, const int32 *partitions,
 								const int64 *offsets);
 extern int	kafka_source_take_reset(KafkaSource *ks, char *buf, size_t len);

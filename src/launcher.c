@@ -81,6 +81,7 @@ typedef struct WantedFlow
 	bool		owner_can_login;	/* the worker logs in as the owner */
 	bool		wanted;			/* enabled and not failed */
 	int			workers;		/* the flow option workers */
+	int32		decl_hash;		/* its schema, transform and options: a change restarts its workers */
 	uint64		have;			/* the workers that have a slot (bit worker_no) */
 	bool		leaving;		/* workers of an earlier incarnation or layout are still stopping */
 } WantedFlow;
@@ -263,7 +264,8 @@ read_flows(int *nflows)
 								PG_INT32_MAX);
 	}
 	if (SPI_execute(psprintf("SELECT f.id, f.name, f.enabled AND f.failed_at IS NULL, r.oid, f.owner::text, r.rolcanlogin, "
-							 "       coalesce((f.options->>'workers')::int, 1) "
+							 "       coalesce((f.options->>'workers')::int, 1), "
+							 "       hashtext(f.schema || E'\\x01' || coalesce(f.transform, '') || E'\\x01' || f.options::text) "
 							 "  FROM sdp.flows f LEFT JOIN pg_catalog.pg_roles r ON r.oid = %s "
 							 " ORDER BY f.id", sdp_owner_oid_sql("f.owner")),
 					true, 0) != SPI_OK_SELECT)
@@ -296,6 +298,7 @@ read_flows(int *nflows)
 		f->owner_can_login = DatumGetBool(SPI_getbinval(tup, desc, 6, &isnull)) && !isnull;
 		f->workers = DatumGetInt32(SPI_getbinval(tup, desc, 7, &isnull));
 		f->workers = Max(1, Min(f->workers, SDP_MAX_WORKERS));
+		f->decl_hash = DatumGetInt32(SPI_getbinval(tup, desc, 8, &isnull));
 	}
 	*nflows = (int) SPI_processed;
 	PopActiveSnapshot();
@@ -532,11 +535,12 @@ launcher_reconcile(void)
 		gone = (v.state == SDP_FLOW_RESTARTING) || worker_gone(s, &v, now);
 
 		if (f == NULL || !f->wanted || f->id != slot_flow_ids[s] || f->owner != v.owner ||
-			slot->nworkers != f->workers)
+			slot->nworkers != f->workers || slot->decl_hash != f->decl_hash)
 		{
 			/*
 			 * not wanted (any more), given to another role (REASSIGN OWNED)
-			 * or its role gone, or its number of workers changed: stop the
+			 * or its role gone, its number of workers or its declaration
+			 * changed (sdp_alter_flow): stop the
 			 * worker, and free the slot once it has gone (a flow still
 			 * wanted starts again below, once all its old workers have)
 			 */
@@ -627,6 +631,7 @@ launcher_reconcile(void)
 				continue;
 			s = sdp_slot_allocate(f->name, k, f->workers);
 			Assert(s >= 0);
+			SdpShmem->slots[s].decl_hash = f->decl_hash;
 			nfree--;
 			start_worker(s, f);
 		}

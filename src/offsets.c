@@ -430,12 +430,26 @@ sdp_assign_partitions(FlowWorker *w, int n, int32 *partitions)
 						hi;
 			char	   *error;
 
-			while (!kafka_source_query_watermarks(w->kafka, partitions[i], &lo, &hi, 5000, &error))
+			if (w->source.start_at_time_set)
 			{
-				sdp_worker_set_broker(w, false, error);
-				sdp_worker_wait(w, 1000);
+				/* the first message at or after the time (Kafka's offsets-for-times) */
+				while (!kafka_source_lookup_time(&w->source, w->args.name, partitions[i],
+												 sdp_timestamptz_to_unix_ms(w->source.start_at_time),
+												 &fresh_off[nfresh], 5000, &error))
+				{
+					sdp_worker_set_broker(w, false, error);
+					sdp_worker_wait(w, 1000);
+				}
 			}
-			fresh_off[nfresh] = w->source.start_at_earliest ? lo : hi;
+			else
+			{
+				while (!kafka_source_query_watermarks(w->kafka, partitions[i], &lo, &hi, 5000, &error))
+				{
+					sdp_worker_set_broker(w, false, error);
+					sdp_worker_wait(w, 1000);
+				}
+				fresh_off[nfresh] = w->source.start_at_earliest ? lo : hi;
+			}
 		}
 		fresh[nfresh++] = partitions[i];
 	}

@@ -50,6 +50,7 @@ extern void sdp_transform_prepare_generated(SdpTransform *t, SdpInputSchema *sch
 extern void sdp_transform_check_runs(SdpTransform *t);
 extern void sdp_transform_check_row_by_row(SdpTransform *t, const char *what);
 extern bool sdp_transform_column_is_constant(SdpTransform *t, const char *column);
+extern bool sdp_transform_reads_column(SdpTransform *t, AttrNumber attno);
 extern int	sdp_transform_run(SdpTransform *t, HeapTuple *rows, int n, HeapTuple **out);
 
 /* sink.c */

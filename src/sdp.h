@@ -159,6 +159,7 @@ typedef struct SdpFlowSlot
 	char		name[NAMEDATALEN];
 	int			worker_no;		/* which of the flow's workers: 0 .. nworkers - 1 */
 	int			nworkers;		/* the flow's workers when the slot was allocated */
+	int32		decl_hash;		/* and a hash of its declaration (schema, transform, options) */
 
 	/* guarded by mutex */
 	slock_t		mutex;

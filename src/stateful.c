@@ -524,30 +524,45 @@ sdp_stateful_publish(FlowWorker *w, bool checkpointed)
 
 /*
  * Restore the last checkpoint into the (empty) store, and index its timers:
- * the keys of this worker's partitions (partition % nworkers = worker_no),
- * and worker 0 takes those of no known partition (checkpointed before 0.3);
- * then the watermark, the least that this worker's partitions were
- * checkpointed with (each had the watermark of the worker that had it).
+ * the keys of this worker's partitions (partition % nworkers = worker_no,
+ * or its part of the flow's share: sdp_worker_owns_partition), and worker 0
+ * takes those of no known partition (checkpointed before 0.3); then the
+ * watermark, the least that this worker's partitions were checkpointed
+ * with (each had the watermark of the worker that had it).
  */
 void
 sdp_stateful_restore(FlowWorker *w)
 {
 	SdpCatalogScope scope;
-	Oid			argtypes[3] = {INT8OID, INT4OID, INT4OID};
-	Datum		values[3] = {Int64GetDatum(w->args.flow_id), Int32GetDatum(w->args.nworkers),
-	Int32GetDatum(w->args.worker_no)};
+	Oid			argtypes[4] = {INT8OID, INT4OID, INT4OID, INT4ARRAYOID};
+	Datum		values[4] = {Int64GetDatum(w->args.flow_id), Int32GetDatum(w->args.nworkers),
+	Int32GetDatum(w->args.worker_no), (Datum) 0};
+	char		nulls[4] = {' ', ' ', ' ', 'n'};
 	uint64		nkeys;
 
 	sdp_start_transaction();
 	SPI_connect();
 	PushActiveSnapshot(GetTransactionSnapshot());
 	pgstat_report_activity(STATE_RUNNING, "sdp: restoring state");
+	/* with a share, the partitions of it that are this worker's ($4); else $4 is NULL */
+	if (w->opts.nshare > 0)
+	{
+		Datum	   *own = palloc(sizeof(Datum) * w->opts.nshare);
+		int			nown = 0;
+
+		for (int i = 0; i < w->opts.nshare; i++)
+			if (sdp_worker_owns_partition(&w->opts, w->opts.share[i], w->args.worker_no, w->args.nworkers))
+				own[nown++] = Int32GetDatum(w->opts.share[i]);
+		values[3] = PointerGetDatum(construct_array(own, nown, INT4OID, 4, true, TYPALIGN_INT));
+		nulls[3] = ' ';
+	}
 	sdp_catalog_enter(&scope);
 	if (SPI_execute_with_args(w->partitioned_state
 							  ? "SELECT key, state, coalesce(partition, -1) FROM sdp.state_checkpoints "
-							  " WHERE flow_id = $1 AND (partition % $2 = $3 OR (partition IS NULL AND $3 = 0))"
+							  " WHERE flow_id = $1 AND (CASE WHEN $4 IS NULL THEN partition % $2 = $3 ELSE partition = ANY ($4) END "
+							  "      OR (partition IS NULL AND $3 = 0))"
 							  : "SELECT key, state, -1 FROM sdp.state_checkpoints WHERE flow_id = $1 AND $2 > 0 AND $3 >= 0",
-							  3, argtypes, values, NULL, true, 0) != SPI_OK_SELECT)
+							  4, argtypes, values, nulls, true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read the state checkpoint");
 	sdp_catalog_leave(&scope);
 	nkeys = SPI_processed;
@@ -571,23 +586,25 @@ sdp_stateful_restore(FlowWorker *w)
 		sdp_catalog_enter(&scope);
 		if (w->partitioned_state)
 		{
-			SPI_execute_with_args("SELECT min(watermark) FROM sdp.offsets WHERE flow_id = $1 AND partition % $2 = $3",
-								  3, argtypes, values, NULL, true, 0);
+			SPI_execute_with_args("SELECT min(watermark) FROM sdp.offsets WHERE flow_id = $1 "
+								  "   AND CASE WHEN $4 IS NULL THEN partition % $2 = $3 ELSE partition = ANY ($4) END",
+								  4, argtypes, values, nulls, true, 0);
 			if (SPI_processed == 1)
 				wm = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &wm_null);
 		}
 		/* none recorded per partition yet (a checkpoint before 0.3): the flow's */
 		if (wm_null)
 		{
-			SPI_execute_with_args("SELECT watermark FROM sdp.flows WHERE id = $1", 1, argtypes, values, NULL, true, 0);
+			SPI_execute_with_args("SELECT watermark FROM sdp.flows WHERE id = $1", 1, argtypes, values, nulls, true, 0);
 			if (SPI_processed == 1)
 				wm = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &wm_null);
 		}
 		if (!wm_null)
 			w->opctx->watermark = DatumGetTimestampTz(wm);
 		SPI_execute_with_args("SELECT partition, max_event_time FROM sdp.offsets "
-							  " WHERE flow_id = $1 AND max_event_time IS NOT NULL AND partition % $2 = $3",
-							  3, argtypes, values, NULL, true, 0);
+							  " WHERE flow_id = $1 AND max_event_time IS NOT NULL "
+							  "   AND CASE WHEN $4 IS NULL THEN partition % $2 = $3 ELSE partition = ANY ($4) END",
+							  4, argtypes, values, nulls, true, 0);
 		sdp_catalog_leave(&scope);
 		for (uint64 i = 0; i < SPI_processed; i++)
 		{

@@ -19,6 +19,7 @@
 #include "miscadmin.h"
 #include "nodes/nodeFuncs.h"
 #include "nodes/parsenodes.h"
+#include "parser/parsetree.h"
 #include "utils/memutils.h"
 #include "utils/plancache.h"
 #include "utils/queryenvironment.h"
@@ -331,6 +332,69 @@ sdp_transform_column_is_constant(SdpTransform *t, const char *column)
 		return IsA(strip_implicit_coercions((Node *) tle->expr), Const);
 	}
 	return false;
+}
+
+/* What sdp_transform_reads_column looks for, and the queries it is in. */
+typedef struct ReadsColumn
+{
+	List	   *queries;		/* innermost first: varlevelsup indexes it */
+	AttrNumber	attno;
+	bool		found;
+} ReadsColumn;
+
+static bool
+reads_column_walker(Node *node, ReadsColumn *cx)
+{
+	if (node == NULL || cx->found)
+		return false;
+	if (IsA(node, Var))
+	{
+		Var		   *v = (Var *) node;
+		Query	   *q;
+		RangeTblEntry *rte;
+
+		if (v->varlevelsup >= (Index) list_length(cx->queries))
+			return false;
+		q = list_nth(cx->queries, v->varlevelsup);
+		if (v->varno < 1 || v->varno > (int) list_length(q->rtable))
+			return false;
+		rte = rt_fetch(v->varno, q->rtable);
+		/* the column, or a whole row of input or of a join */
+		if ((rte->rtekind == RTE_NAMEDTUPLESTORE && strcmp(rte->enrname, SDP_INPUT_RELATION) == 0 &&
+			 (v->varattno == cx->attno || v->varattno == 0)) ||
+			(rte->rtekind == RTE_JOIN && v->varattno == 0))
+			cx->found = true;
+		return false;
+	}
+	if (IsA(node, Query))
+	{
+		bool		r;
+
+		cx->queries = lcons(node, cx->queries);
+		r = query_tree_walker((Query *) node, reads_column_walker, (void *) cx, 0);
+		cx->queries = list_delete_first(cx->queries);
+		return r;
+	}
+	return expression_tree_walker(node, reads_column_walker, (void *) cx);
+}
+
+/*
+ * Whether the transform may read the input column (attno): a reference to
+ * it anywhere, a whole-row reference to input (or a join of it), or '*'
+ * (expanded by the parser to every column).  A flow without a transform
+ * is the caller's to judge.
+ */
+bool
+sdp_transform_reads_column(SdpTransform *t, AttrNumber attno)
+{
+	CachedPlanSource *ps;
+	ReadsColumn cx = {NIL, attno, false};
+
+	if (t->plan == NULL)
+		return false;
+	ps = linitial(SPI_plan_get_plan_sources(t->plan));
+	(void) reads_column_walker((Node *) linitial_node(Query, ps->query_list), &cx);
+	return cx.found;
 }
 
 /* Run the transform once over an empty input: it checks the privileges on what it reads. */

@@ -41,6 +41,7 @@
 #include "utils/timestamp.h"
 
 #include "batch.h"
+#include "tombstone.h"
 #include "offsets.h"
 #include "skip.h"
 #include "stateful.h"
@@ -149,6 +150,10 @@ sdp_flow_worker_main(Datum main_arg)
 				(errmsg("sdp flow \"%s\" worker %d of %d consuming %d of the %d partitions of topic \"%s\" into %s",
 						w->args.name, w->args.worker_no, w->args.nworkers, w->npartitions,
 						w->topic_partitions, w->source.topic, w->sink.relname)));
+	else if (w->opts.nshare > 0)
+		ereport(LOG,
+				(errmsg("sdp flow \"%s\" consuming %d of the %d partitions of topic \"%s\" (option \"partitions\") into %s",
+						w->args.name, w->npartitions, w->topic_partitions, w->source.topic, w->sink.relname)));
 	else
 		ereport(LOG,
 				(errmsg("sdp flow \"%s\" consuming topic \"%s\" (%d partitions) into %s",
@@ -407,6 +412,15 @@ load_declaration(FlowWorker *w)
 						 w->transform_sql == NULL);
 	}
 	sdp_sink_check_privileges(&w->sink, GetUserId());
+	sdp_tombstone_prepare(&w->opts, w->op != NULL, w->target, GetUserId(), &w->tombstone_plan);
+	/*
+	 * Headers are read only when something may use them: the transform,
+	 * the target's kafka_headers column (no transform), or an operator.
+	 */
+	if (w->schema->nmeta > SDP_META_HEADERS)
+		w->want_headers = w->transform_sql != NULL
+			? sdp_transform_reads_column(&w->transform, w->schema->ncolumns + SDP_META_HEADERS + 1)
+			: (w->op != NULL || get_attnum(w->target, "kafka_headers") > 0);
 	w->sink.flow_name = w->args.name;
 	if (w->transform.plan)
 		SPI_keepplan(w->transform.plan);
@@ -495,10 +509,12 @@ worker_load_flow(FlowWorker *w)
 
 /*
  * Start consuming this worker's partitions of the topic's n (their ids in
- * partitions) that it does not consume yet: partition p is worker
- * p % nworkers's.  Each worker computes this itself, so a partition added
- * to the topic is taken by exactly one worker, at its next look at the
- * topic.
+ * partitions) that it does not consume yet (sdp_worker_owns_partition:
+ * partition p is worker p % nworkers's, or, with a share, the share's
+ * partitions divided among the workers by position).  Each worker computes
+ * this itself, so a partition added to the topic is taken by exactly one
+ * worker, at its next look at the topic.  A partition of the share that the
+ * topic does not have (yet) is said in the log, and taken once it appears.
  */
 static void
 worker_take_partitions(FlowWorker *w, int n, int32 *partitions)
@@ -507,11 +523,39 @@ worker_take_partitions(FlowWorker *w, int n, int32 *partitions)
 	int			nmine = 0;
 
 	for (int i = 0; i < n; i++)
-		if (partitions[i] % w->args.nworkers == w->args.worker_no)
+		if (sdp_worker_owns_partition(&w->opts, partitions[i], w->args.worker_no, w->args.nworkers))
 			mine[nmine++] = partitions[i];
 	w->topic_partitions = n;
 	sdp_assign_partitions(w, nmine, mine);
 	pfree(mine);
+
+	if (w->opts.nshare > 0)
+	{
+		StringInfoData missing;
+		int			nmissing = 0;
+
+		initStringInfo(&missing);
+		for (int s = 0; s < w->opts.nshare; s++)
+		{
+			int32		p = w->opts.share[s];
+			bool		found = false;
+
+			if (!sdp_worker_owns_partition(&w->opts, p, w->args.worker_no, w->args.nworkers))
+				continue;
+			for (int i = 0; i < n && !found; i++)
+				found = (partitions[i] == p);
+			if (!found)
+				appendStringInfo(&missing, "%s%d", nmissing++ > 0 ? ", " : "", p);
+		}
+		if (nmissing != w->share_missing && nmissing > 0)
+			ereport(LOG,
+					(errmsg("sdp flow \"%s\": topic \"%s\" has no partition%s %s (of option \"partitions\") yet",
+							w->args.name, w->source.topic, nmissing > 1 ? "s" : "", missing.data),
+					 errdetail("The topic has %d partitions. The flow consumes the rest of its share now, and %s once the topic has %s.",
+							   n, nmissing > 1 ? "these" : "this one", nmissing > 1 ? "them" : "it")));
+		w->share_missing = nmissing;
+		pfree(missing.data);
+	}
 }
 
 /* Connect to Kafka and start consuming the worker's partitions of the topic. */
@@ -607,6 +651,7 @@ periodic_work(FlowWorker *w, TimestampTz now)
 			sdp_worker_set_broker(w, true, NULL);
 			if (n > w->topic_partitions)
 				worker_take_partitions(w, n, partitions);
+			pfree(partitions);
 		}
 		else
 			sdp_worker_set_broker(w, false, perror);

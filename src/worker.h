@@ -78,6 +78,8 @@ typedef struct Batch
 	int64	   *next;			/* per assigned partition: next offset once committed */
 	bool		checkpointed;	/* a stateful flow's checkpoint committed with it */
 	List	   *suspected;		/* SdpMessageId: messages that failed alone, not for their data, in the last attempt */
+	bool	   *row_tomb;		/* rows[i] is a tombstone to delete (on_tombstone = delete) */
+	int64		rows_tomb;		/* tombstone rows applied */
 	bool	   *skip_msg;		/* msgs[i] is to be skipped; NULL when none is */
 	List	   *skipped;		/* DeadLetter *: those messages, dead-lettered whatever on_error says */
 } Batch;
@@ -106,6 +108,8 @@ typedef struct FlowWorker
 	SPIPlanPtr	offsets_insert_plan;	/* INSERT: partitions newly assigned */
 	SPIPlanPtr	dead_letter_plan;
 	SPIPlanPtr	notify_plan;	/* option notify */
+	SPIPlanPtr	tombstone_plan;	/* on_tombstone = delete: DELETE ... WHERE key = ANY ($1) */
+	bool		want_headers;	/* build kafka_headers (something may read it) */
 
 	/* stateful flows (stateful.c) */
 	const SdpOperator *op;
@@ -142,7 +146,8 @@ typedef struct FlowWorker
 
 	KafkaSource *kafka;
 	int			topic_partitions;	/* of the topic, as last listed */
-	int			npartitions;	/* this worker's (partition % nworkers = worker_no) */
+	int			npartitions;	/* this worker's (sdp_worker_owns_partition) */
+	int			share_missing;	/* partitions of its share the topic does not have (yet) */
 	int32	   *partitions;		/* sorted */
 	int64	   *next_offset;	/* per partition: next offset to read (committed) */
 	int			max_partition_id;

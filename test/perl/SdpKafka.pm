@@ -96,7 +96,8 @@ Produces exactly these messages in this order (KEY or PAYLOAD undef for
 NULL, PARTITION undef for the key's partition by the murmur2 partitioner, as
 flight_sim and Java clients use).  Keys and payloads must not contain the
 bytes 0x1e and 0x1f, which delimit them on kcat's input.  Dies if kcat
-reports a failure.
+reports a failure.  C<< headers => ['name=value', 'name', ...] >> gives every
+message those headers (kcat -H; a name without '=' has no value).
 
 =back
 
@@ -684,6 +685,7 @@ sub kcat_produce (%args)
 			_kcat_properties($args{properties}));
 		push @cmd, '-p', $run->{partition} if $run->{partition} >= 0;
 		push @cmd, '-Z' if $run->{null};
+		push @cmd, map { ('-H', $_) } @{ $args{headers} // [] };
 		my ($out, $err) = ('', '');
 		eval {
 			IPC::Run::run(\@cmd, '<', \$run->{input}, '>', \$out, '2>', \$err,

@@ -1,9 +1,9 @@
-# Upgrade from 0.1 to the current version (0.1 -> 0.2 -> 0.3 -> 0.4) with flows running: the extension is created at
+# Upgrade from 0.1 to the current version (0.1 -> 0.2 -> ... , every script) with flows running: the extension is created at
 # version 0.1, a stateless append flow and a stateful active_count flow run
 # on it, the server restarts mid-stream (the 0.2 binary on the 0.1
 # catalogs), ALTER EXTENSION sdp_ext UPDATE runs, the server restarts again
 # and more messages arrive.  Every message lands exactly once, the zone
-# counts are right, and the extension is at 0.4.
+# counts are right, and the extension is at the current version.
 #
 # This runs the current binary on both catalog versions: the previous
 # binary (0.1) is not built, so the step "install the new binaries" is the
@@ -18,6 +18,8 @@ use SdpTest;
 use Test::More;
 
 my $broker = SdpKafka::start_broker(topics => { 'raw-flights' => 4, 'zflights' => 2 });
+# the version this tree installs by default
+my ($current) = PostgreSQL::Test::Utils::slurp_file('sdp_ext.control') =~ /^default_version\s*=\s*'([^']+)'/m;
 
 # SdpTest::new_node creates the extension at its default version: this
 # node creates it at 0.1
@@ -92,8 +94,10 @@ ok(SdpTest::wait_consumed($node, 'events_flow', 40000), '0.1: events_flow consum
 
 # the update, with the flows running
 SdpTest::query($node, 'ALTER EXTENSION sdp_ext UPDATE');
-is(SdpTest::query($node, "SELECT extversion FROM pg_extension WHERE extname = 'sdp_ext'"), '0.4',
-	'ALTER EXTENSION sdp_ext UPDATE: 0.4 (through 0.2 and 0.3)');
+is(SdpTest::query($node, "SELECT extversion FROM pg_extension WHERE extname = 'sdp_ext'"), $current,
+	"ALTER EXTENSION sdp_ext UPDATE: $current (through every version between)");
+is(SdpTest::query($node, "SELECT sdp_partition_for_key('kafka', 2147483647)"), '1348980580',
+	'0.4: sdp_partition_for_key (the Java client\'s murmur2 of "kafka", 0xd067cf64, made positive)');
 is(SdpTest::query($node, "SELECT string_agg(name || '=' || offsets_stored, ',' ORDER BY name) FROM sdp.flows"),
 	'events_flow=true,zone_flow=true', 'the update marks the offsets of flows that have stored some');
 zone_in(qw(a5));
@@ -135,7 +139,7 @@ ok($node->poll_query_until('postgres',
 is(SdpTest::query($node,
 		"SELECT string_agg(flow || ':' || state, ',' ORDER BY flow) FROM sdp.flow_status"),
 	'events2_flow:running,events_flow:running,zone_flow:running', 'all flows running');
-is(SdpTest::query($node, "SELECT extversion FROM pg_extension WHERE extname = 'sdp_ext'"), '0.4',
-	'extension at 0.4');
+is(SdpTest::query($node, "SELECT extversion FROM pg_extension WHERE extname = 'sdp_ext'"), $current,
+	"extension at $current");
 
 done_testing();

@@ -8,7 +8,8 @@
 # resume on the old catalogs with the new library; ALTER EXTENSION sdp_ext
 # UPDATE, and a restart mid-stream again.  Every message lands exactly once,
 # the zone counts are exact, the owners are regroles and the flows run (from
-# 0.2 to 0.3, the stateless flow also goes to 2 workers after the update).
+# 0.3 on, the stateless flow also goes to 2 workers after the update; 0.4
+# adds sdp_partition_for_key).
 #
 # Test 080 does the same with the current binary all along.  This one needs a
 # relocatable server (the assert-enabled build): Debian's packaged server has
@@ -68,7 +69,7 @@ sub extversion { SdpTest::query($node, "SELECT extversion FROM pg_extension WHER
 my %added = (
 	'0.2' => { symbol => 'sdp_skip_message', args => '(text, int, bigint)' },
 	'0.3' => { symbol => 'sdp_set_flow_workers', args => '(text, int)' },
-	'0.4' => { symbol => 'sdp_create_sink', args => '(text, text, text, jsonb)' },
+	'0.4' => { symbol => 'sdp_partition_for_key', args => '(text, int, text)' },
 );
 die "test 082 does not know what version $new_version added" unless $added{$new_version};
 sub owner_type
@@ -153,7 +154,7 @@ is(extversion(), $new_version, "ALTER EXTENSION sdp_ext UPDATE: $new_version");
 is(owner_type(), 'regrole', 'owners are regroles');
 is(SdpTest::query($node, "SELECT string_agg(name || '=' || offsets_stored, ',' ORDER BY name) FROM sdp.flows"),
 	'events_flow=true,zone_flow=true', 'the offsets of flows that have stored some are marked');
-if ($new_version eq '0.3')
+if ($new_version ge '0.3')
 {
 	# 0.3: several workers; the stateless flow goes to 2, mid-stream, on the updated catalogs
 	SdpTest::query($node, "SELECT sdp_set_flow_workers('events_flow', 2)");
@@ -163,6 +164,8 @@ if ($new_version eq '0.3')
 }
 if ($new_version eq '0.4')
 {
+	is(SdpTest::query($node, "SELECT sdp_partition_for_key('kafka', 2147483647)"), '1348980580',
+		'0.4: sdp_partition_for_key (the Java client\'s murmur2 of "kafka", 0xd067cf64, made positive)');
 	# 0.4: Kafka sinks; sdp_create_flow gained sink (dropped and created again): the flows keep their targets
 	is(SdpTest::query($node,
 			"SELECT string_agg(name || ':' || target || ':' || coalesce(sink, '-'), ',' ORDER BY name) FROM sdp.flows"),
@@ -183,7 +186,7 @@ $node->restart;
 ok($producer2->running, 'the restart after the update happened mid-stream');
 ok(both_running(), "$new_version after the restart: both flows running");
 is(SdpTest::query($node, "SELECT count(*) FROM sdp.flow_workers WHERE flow = 'events_flow'"), '2',
-	"$new_version after the restart: events_flow in 2 workers") if $new_version eq '0.3';
+	"$new_version after the restart: events_flow in 2 workers") if $new_version ge '0.3';
 zone_in(qw(a6 a2));
 my $report1 = $producer->finish;
 is($report1->{delivered}, 40000, 'producer 1 delivered 40,000');
