@@ -69,4 +69,21 @@ SELECT sdp_drop_flow('zc');
 SELECT sdp_drop_source('flights');
 DROP TABLE events, zones, zone_alerts;
 DROP ROLE alter_other;
+-- the workers go away before the extension does (a worker still in a
+-- transaction could deadlock with DROP EXTENSION): no flow worker and no
+-- flow slot for a whole second, so that a launcher pass that raced the
+-- drops (it read the flows just before) has ended too
+DO $$
+DECLARE clean int := 0;
+BEGIN
+  FOR i IN 1..600 LOOP
+    PERFORM pg_stat_clear_snapshot();  -- pg_stat_activity is read once per transaction otherwise
+    PERFORM 1 FROM pg_stat_activity WHERE backend_type = 'sdp flow'
+    UNION ALL SELECT 1 FROM sdp_flow_runtime();
+    IF FOUND THEN clean := 0; ELSE clean := clean + 1; END IF;
+    EXIT WHEN clean >= 10;
+    PERFORM pg_sleep(0.1);
+  END LOOP;
+END $$;
+SELECT count(*) AS flow_workers FROM pg_stat_activity WHERE backend_type = 'sdp flow';
 DROP EXTENSION sdp_ext;
