@@ -73,6 +73,7 @@ typedef enum SdpDecodeKind
 typedef struct SdpInputColumn
 {
 	char	   *name;
+	int			namelen;		/* strlen(name) */
 	Oid			typid;
 	int32		typmod;
 	SdpDecodeKind kind;
@@ -94,7 +95,11 @@ typedef struct SdpInputSchema
 	int			ncolumns;		/* declared columns */
 	SdpInputColumn *columns;
 	TupleDesc	tupdesc;		/* ncolumns + SDP_NUM_META attributes */
+	int		   *field_hint;		/* decoder: per field position, the column found there last, or -1 */
 } SdpInputSchema;
+
+/* Fields of a document whose column the decoder remembers (json_decode.c). */
+#define SDP_FIELD_HINTS 64
 
 /* flow_options.c */
 extern void sdp_parse_flow_options(Jsonb *options, SdpFlowOptions *opts);

@@ -329,6 +329,8 @@ fast_scan(SdpInputSchema *schema, char *text, int len, FieldValue *fields)
 {
 	FastScan	fs = {text, text + len};
 	char	  **ends = palloc(sizeof(char *) * Max(schema->ncolumns, 1));
+	int			nfield = 0;
+	int			hint;
 
 	fast_skip_ws(&fs);
 	if (fs.p >= fs.end || *fs.p != '{')
@@ -349,16 +351,27 @@ fast_scan(SdpInputSchema *schema, char *text, int len, FieldValue *fields)
 
 			if (fs.p >= fs.end || *fs.p != '"' || !fast_string(&fs, &name, &nlen))
 				return false;
-			for (int i = 0; i < schema->ncolumns; i++)
+			/* the column this field position had in the previous document first: producers keep their order */
+			hint = nfield < SDP_FIELD_HINTS ? schema->field_hint[nfield] : -1;
+			if (hint >= 0 && schema->columns[hint].namelen == nlen &&
+				memcmp(schema->columns[hint].name, name, nlen) == 0)
+				column = hint;
+			else
 			{
-				const char *c = schema->columns[i].name;
-
-				if (c[0] == name[0] && strncmp(c, name, nlen) == 0 && c[nlen] == '\0')
+				for (int i = 0; i < schema->ncolumns; i++)
 				{
-					column = i;
-					break;
+					const SdpInputColumn *c = &schema->columns[i];
+
+					if (c->namelen == nlen && memcmp(c->name, name, nlen) == 0)
+					{
+						column = i;
+						break;
+					}
 				}
+				if (nfield < SDP_FIELD_HINTS)
+					schema->field_hint[nfield] = column;
 			}
+			nfield++;
 			fast_skip_ws(&fs);
 			if (fs.p >= fs.end || *fs.p != ':')
 				return false;
