@@ -17,6 +17,8 @@
 #   window_agg payment events, 5 aggregations per merchant (count, sum, avg,
 #              ratio, approx_distinct) over 10,000 merchants, 1-minute
 #              windows; beside it COPY of the same events into a plain table
+#   plain      append, no transform: the declared fields into an unindexed
+#              table of them (decode and write alone)
 #   workers    the append case over 8 partitions with workers = 1, 2 and 4:
 #              drain rate, and CPU per 1,000 events summed over the workers
 #
@@ -155,6 +157,9 @@ SQL
 }
 run_case append "$(enrich append pos_append 'INCLUDING DEFAULTS' append 1)" pos_append pos_append
 run_case upsert "$(enrich upsert pos_upsert 'INCLUDING ALL' upsert 1)" pos_upsert pos_upsert
+# the decode and the write alone: no transform, the input's columns into a table of them
+run_case plain "CREATE TABLE pos_plain ($pos_schema);
+SELECT sdp_create_flow('plain', source => 'pos', target => 'pos_plain', schema => '$pos_schema');" pos_plain pos_plain
 run_case workers2 "$(enrich workers2 pos_w2 'INCLUDING DEFAULTS' append 2)" pos_w2 pos_w2
 run_case workers4 "$(enrich workers4 pos_w4 'INCLUDING DEFAULTS' append 4)" pos_w4 pos_w4
 
@@ -183,11 +188,12 @@ fi
 echo "CPU time (user + system) per 1,000 events of the flow's workers, beside COPY's backend per 1,000 rows of the same rows"
 echo "($n events, 8 partitions, medians of $runs runs; drain rate from the first message read to the last)"
 printf '  %-34s %12s %12s %8s %12s %12s\n' case "flow ms/1k" "COPY ms/1k" ratio "events/s" "events/batch"
-for c in append upsert window_agg workers2 workers4; do
+for c in append upsert plain window_agg workers2 workers4; do
   [ -n "${cpu[$c]:-}" ] || continue
   f=$(echo "${cpu[$c]}" | median); k=$(echo "${copy[$c]}" | median); r=$(echo "${rate[$c]}" | median); eb=$(echo "${batch[$c]}" | median)
   case $c in
     append) l="append, unindexed, 1 worker";; upsert) l="upsert, primary key, 1 worker";;
+    plain) l="append, no transform, 1 worker";;
     window_agg) l="window_agg, 5 aggregations";; workers2) l="append, unindexed, 2 workers";; workers4) l="append, unindexed, 4 workers";;
   esac
   printf '  %-34s %12.1f %12.1f %8.2f %12.0f %12.0f\n' "$l" "$f" "$k" "$(echo "$f / $k" | bc -l)" "$r" "$eb"
