@@ -17,6 +17,8 @@
 #   window_agg payment events, 5 aggregations per merchant (count, sum, avg,
 #              ratio, approx_distinct) over 10,000 merchants, 1-minute
 #              windows; beside it COPY of the same events into a plain table
+#   plain      append, no transform: the declared fields into an unindexed
+#              table of them (decode and write alone)
 #   workers    the append case over 8 partitions with workers = 1, 2 and 4:
 #              drain rate, and CPU per 1,000 events summed over the workers
 #
@@ -27,6 +29,9 @@
 #        embedded broker keeps about 5 MiB per partition: past about 180,000
 #        events over 8 partitions it deletes the oldest, and a drain would
 #        never see them all (the script says so and stops).
+#        CPU_CASES="append upsert" runs only those cases (default: all);
+#        CPU_PERF=DIR records each run's workers with perf (perf record -g,
+#        from the first message read to the last) into DIR/<case>.<run>.data.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/common.sh
@@ -81,11 +86,18 @@ SELECT sdp_create_source('pay', '$boot', 'pay', '{"starting_offsets": "earliest"
 SQL
 pos_schema='icao24 text, callsign text, lat float8, lon float8, baro_alt float8, vert_rate float8, squawk text, velocity float8, heading float8, poller_ts timestamptz'
 
-# drain FLOW: waits for its last message; prints "seconds ticks" (CPU of every worker of the flow)
+# drain FLOW: waits for its last message; prints "seconds ticks batches" (CPU of every worker of the flow)
 drain() {
   local flow=$1 t0 t1 t
   until [ "$(sql -c "SELECT coalesce(messages_read, 0) > 0 FROM sdp.flow_status WHERE flow = '$flow'")" = t ]; do sleep 0.01; done
   t0=$(date +%s.%N)
+  local perfpid=
+  if [ -n "${CPU_PERF:-}" ]; then
+    perf record -g -o "$CPU_PERF/$flow.$(date +%H%M%S).data" \
+      -p "$(sql -c "SELECT string_agg(pid::text, ',') FROM sdp.flow_workers WHERE flow = '$flow' AND pid IS NOT NULL")" \
+      >/dev/null 2>&1 &
+    perfpid=$!
+  fi
   until [ "$(sql -c "SELECT coalesce(messages_read, 0) >= $n FROM sdp.flow_status WHERE flow = '$flow'")" = t ]; do
     [ "$(sql -c "SELECT state FROM sdp.flow_status WHERE flow = '$flow'")" = failed ] && { echo "flow $flow failed" >&2; exit 1; }
     [ "$(sql -c "SELECT lag = 0 AND messages_read < $n FROM sdp.flow_status WHERE flow = '$flow'")" = t ] &&
@@ -94,11 +106,12 @@ drain() {
     sleep 0.01
   done
   t1=$(date +%s.%N)
+  [ -n "$perfpid" ] && { kill -INT "$perfpid"; wait "$perfpid" || true; }
   t=0
   for pid in $(sql -c "SELECT pid FROM sdp.flow_workers WHERE flow = '$flow' AND pid IS NOT NULL"); do
     t=$((t + $(awk '{print $14 + $15}' "/proc/$pid/stat")))
   done
-  echo "$(echo "$t1 - $t0" | bc -l) $t"
+  echo "$(echo "$t1 - $t0" | bc -l) $t $(sql -c "SELECT batches FROM sdp.flow_status WHERE flow = '$flow'")"
 }
 # copy_cpu TABLE: COPY the table's rows back into it, emptied; prints us of CPU per 1,000 rows
 copy_cpu() {
@@ -118,13 +131,15 @@ SQL
   echo "($c1 - $c0) * 1000000 / $ticks / $rows" | bc -l
 }
 
-declare -A cpu rate copy
+declare -A cpu rate copy batch
 run_case() {  # label create-sql target copy-table: the flow named label drains the backlog, runs times
-  local label=$1 create=$2 target=$3 copytable=$4 res secs t
+  local label=$1 create=$2 target=$3 copytable=$4 res secs t nb
+  [ -n "${CPU_CASES:-}" ] && ! [[ " $CPU_CASES " == *" $label "* ]] && return 0
   for i in $(seq "$runs"); do
     sql -c "DROP TABLE IF EXISTS $target" >/dev/null 2>&1
     sql >/dev/null <<<"$create"
-    res=$(drain "$label"); secs=${res% *}; t=${res#* }
+    res=$(drain "$label"); read -r secs t nb <<<"$res"
+    batch[$label]="${batch[$label]:-} $(echo "$n / $nb" | bc -l)"
     cpu[$label]="${cpu[$label]:-} $(echo "$t * 1000000 / $ticks / $n" | bc -l)"
     rate[$label]="${rate[$label]:-} $(echo "$n / $secs" | bc -l)"
     sql -c "SELECT sdp_drop_flow('$label')" >/dev/null
@@ -142,9 +157,13 @@ SQL
 }
 run_case append "$(enrich append pos_append 'INCLUDING DEFAULTS' append 1)" pos_append pos_append
 run_case upsert "$(enrich upsert pos_upsert 'INCLUDING ALL' upsert 1)" pos_upsert pos_upsert
+# the decode and the write alone: no transform, the input's columns into a table of them
+run_case plain "CREATE TABLE pos_plain ($pos_schema);
+SELECT sdp_create_flow('plain', source => 'pos', target => 'pos_plain', schema => '$pos_schema');" pos_plain pos_plain
 run_case workers2 "$(enrich workers2 pos_w2 'INCLUDING DEFAULTS' append 2)" pos_w2 pos_w2
 run_case workers4 "$(enrich workers4 pos_w4 'INCLUDING DEFAULTS' append 4)" pos_w4 pos_w4
 
+if [ -z "${CPU_CASES:-}" ] || [[ " $CPU_CASES " == *" window_agg "* ]]; then
 # window_agg; COPY's reference: the same payment events into a plain table (written once by a stateless flow)
 pay_schema='merchant_id text, country text, method text, status text, amount numeric, event_ts timestamptz'
 sql >/dev/null <<SQL
@@ -164,14 +183,18 @@ SELECT sdp_create_flow('window_agg', source => 'pay', target => 'pay_windows', s
   operator => 'window_agg', options => '{\"event_time\": \"event_ts\", \"idle_timeout\": \"2 seconds\"}');
 SELECT sdp_load_aggregations('window_agg', \$a\$$aggs\$a\$);" pay_windows pay_events
 
+fi
+
 echo "CPU time (user + system) per 1,000 events of the flow's workers, beside COPY's backend per 1,000 rows of the same rows"
 echo "($n events, 8 partitions, medians of $runs runs; drain rate from the first message read to the last)"
-printf '  %-34s %12s %12s %8s %12s\n' case "flow ms/1k" "COPY ms/1k" ratio "events/s"
-for c in append upsert window_agg workers2 workers4; do
-  f=$(echo "${cpu[$c]}" | median); k=$(echo "${copy[$c]}" | median); r=$(echo "${rate[$c]}" | median)
+printf '  %-34s %12s %12s %8s %12s %12s\n' case "flow ms/1k" "COPY ms/1k" ratio "events/s" "events/batch"
+for c in append upsert plain window_agg workers2 workers4; do
+  [ -n "${cpu[$c]:-}" ] || continue
+  f=$(echo "${cpu[$c]}" | median); k=$(echo "${copy[$c]}" | median); r=$(echo "${rate[$c]}" | median); eb=$(echo "${batch[$c]}" | median)
   case $c in
     append) l="append, unindexed, 1 worker";; upsert) l="upsert, primary key, 1 worker";;
+    plain) l="append, no transform, 1 worker";;
     window_agg) l="window_agg, 5 aggregations";; workers2) l="append, unindexed, 2 workers";; workers4) l="append, unindexed, 4 workers";;
   esac
-  printf '  %-34s %12.1f %12.1f %8.2f %12.0f\n' "$l" "$f" "$k" "$(echo "$f / $k" | bc -l)" "$r"
+  printf '  %-34s %12.1f %12.1f %8.2f %12.0f %12.0f\n' "$l" "$f" "$k" "$(echo "$f / $k" | bc -l)" "$r" "$eb"
 done

@@ -96,6 +96,7 @@ typedef enum SdpDecodeKind
 typedef struct SdpInputColumn
 {
 	char	   *name;
+	int			namelen;		/* strlen(name) */
 	Oid			typid;
 	int32		typmod;
 	SdpDecodeKind kind;
@@ -119,7 +120,11 @@ typedef struct SdpInputSchema
 	SdpInputColumn *columns;
 	TupleDesc	tupdesc;		/* ncolumns + nmeta attributes */
 	int			nmeta;			/* SDP_NUM_META, or one less: a declared kafka_headers (before 0.4) is the user's */
+	int		   *field_hint;		/* decoder: per field position, the column found there last, or -1 */
 } SdpInputSchema;
+
+/* Fields of a document whose column the decoder remembers (json_decode.c). */
+#define SDP_FIELD_HINTS 64
 
 /* flow_options.c */
 extern void sdp_parse_flow_options(Jsonb *options, SdpFlowOptions *opts);

@@ -211,6 +211,7 @@ sdp_parse_input_schema(const char *schema_text)
 						 errmsg("input column \"%s\" is declared more than once", def->colname)));
 
 		col->name = pstrdup(def->colname);
+		col->namelen = (int) strlen(col->name);
 		typenameTypeIdAndMod(NULL, def->typeName, &col->typid, &col->typmod);
 		col->kind = decode_kind_for(col->name, col->typid, col->typmod);
 		getTypeInputInfo(col->typid, &typinput, &col->typioparam);
@@ -222,5 +223,8 @@ sdp_parse_input_schema(const char *schema_text)
 	for (int m = 0; m < schema->nmeta; m++)
 		TupleDescInitEntry(schema->tupdesc, schema->ncolumns + m + 1,
 						   meta_names[m], meta_types[m], -1, 0);
+	schema->field_hint = palloc(sizeof(int) * SDP_FIELD_HINTS);
+	for (int k = 0; k < SDP_FIELD_HINTS; k++)
+		schema->field_hint[k] = -1;
 	return schema;
 }

@@ -131,6 +131,298 @@ on_nested_end(void *state)
 	}
 }
 
+/* ---- the fast path: a flat document, no escapes ---- */
+
+/*
+ * Most payloads are flat objects of plain values with no escape in any
+ * string.  fast_scan reads such a document in one pass over a copy of the
+ * text, with no callback, no copy of a name or a value, and no allocation
+ * but the copy: each declared field's value stays where it is in the copy,
+ * NUL-terminated in place once the whole document has been checked.  It
+ * accepts only what PostgreSQL's parser accepts, and gives the same values;
+ * anything it is not sure of (an escape, a control character, nesting
+ * deeper than SDP_FAST_MAX_DEPTH, a token it does not recognize, invalid
+ * JSON) makes it return false, and the document is parsed again by
+ * PostgreSQL's parser, which gives the values or the reason.
+ */
+#define SDP_FAST_MAX_DEPTH 64
+
+typedef struct FastScan
+{
+	char	   *p;
+	char	   *end;
+} FastScan;
+
+static inline void
+fast_skip_ws(FastScan *fs)
+{
+	while (fs->p < fs->end && (*fs->p == ' ' || *fs->p == '\n' || *fs->p == '\r' || *fs->p == '\t'))
+		fs->p++;
+}
+
+/* After a number or a literal: the end, or what may follow a value. */
+static inline bool
+fast_at_delimiter(FastScan *fs)
+{
+	char		c;
+
+	if (fs->p >= fs->end)
+		return true;
+	c = *fs->p;
+	return c == ' ' || c == '\n' || c == '\r' || c == '\t' || c == ',' || c == '}' || c == ']';
+}
+
+/* A string at p (its opening quote): sets *start and *len to its contents, p past its closing quote. */
+static inline bool
+fast_string(FastScan *fs, char **start, int *len)
+{
+	char	   *q = fs->p + 1;
+
+	while (q < fs->end)
+	{
+		unsigned char c = (unsigned char) *q;
+
+		if (c == '"')
+		{
+			*start = fs->p + 1;
+			*len = (int) (q - *start);
+			fs->p = q + 1;
+			return true;
+		}
+		if (c == '\\' || c < 0x20)
+			return false;
+		q++;
+	}
+	return false;
+}
+
+/* A number as RFC 8259 writes it: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)? */
+static inline bool
+fast_number(FastScan *fs)
+{
+	char	   *q = fs->p;
+	char	   *e = fs->end;
+
+	if (q < e && *q == '-')
+		q++;
+	if (q >= e)
+		return false;
+	if (*q == '0')
+		q++;
+	else if (*q >= '1' && *q <= '9')
+		while (q < e && *q >= '0' && *q <= '9')
+			q++;
+	else
+		return false;
+	if (q < e && *q == '.')
+	{
+		q++;
+		if (q >= e || *q < '0' || *q > '9')
+			return false;
+		while (q < e && *q >= '0' && *q <= '9')
+			q++;
+	}
+	if (q < e && (*q == 'e' || *q == 'E'))
+	{
+		q++;
+		if (q < e && (*q == '+' || *q == '-'))
+			q++;
+		if (q >= e || *q < '0' || *q > '9')
+			return false;
+		while (q < e && *q >= '0' && *q <= '9')
+			q++;
+	}
+	fs->p = q;
+	return fast_at_delimiter(fs);
+}
+
+static inline bool
+fast_literal(FastScan *fs, const char *word, int len)
+{
+	if (fs->end - fs->p < len || memcmp(fs->p, word, len) != 0)
+		return false;
+	fs->p += len;
+	return fast_at_delimiter(fs);
+}
+
+/* Any value at p, checked and skipped; *type says what it was. */
+static bool
+fast_value(FastScan *fs, int depth, JsonTokenType *type)
+{
+	char	   *s;
+	int			len;
+
+	if (fs->p >= fs->end)
+		return false;
+	switch (*fs->p)
+	{
+		case '"':
+			*type = JSON_TOKEN_STRING;
+			return fast_string(fs, &s, &len);
+		case 't':
+			*type = JSON_TOKEN_TRUE;
+			return fast_literal(fs, "true", 4);
+		case 'f':
+			*type = JSON_TOKEN_FALSE;
+			return fast_literal(fs, "false", 5);
+		case 'n':
+			*type = JSON_TOKEN_NULL;
+			return fast_literal(fs, "null", 4);
+		case '{':
+		case '[':
+			{
+				char		close = *fs->p == '{' ? '}' : ']';
+				JsonTokenType inner;
+
+				if (depth >= SDP_FAST_MAX_DEPTH)
+					return false;
+				*type = close == '}' ? JSON_TOKEN_OBJECT_START : JSON_TOKEN_ARRAY_START;
+				fs->p++;
+				fast_skip_ws(fs);
+				if (fs->p < fs->end && *fs->p == close)
+				{
+					fs->p++;
+					return true;
+				}
+				for (;;)
+				{
+					if (close == '}')
+					{
+						if (fs->p >= fs->end || *fs->p != '"' || !fast_string(fs, &s, &len))
+							return false;
+						fast_skip_ws(fs);
+						if (fs->p >= fs->end || *fs->p != ':')
+							return false;
+						fs->p++;
+						fast_skip_ws(fs);
+					}
+					if (!fast_value(fs, depth + 1, &inner))
+						return false;
+					fast_skip_ws(fs);
+					if (fs->p >= fs->end)
+						return false;
+					if (*fs->p == close)
+					{
+						fs->p++;
+						return true;
+					}
+					if (*fs->p != ',')
+						return false;
+					fs->p++;
+					fast_skip_ws(fs);
+				}
+			}
+		default:
+			*type = JSON_TOKEN_NUMBER;
+			return fast_number(fs);
+	}
+}
+
+/*
+ * The document in text (len bytes, followed by a NUL) as a flat object:
+ * fills fields[] as the parser's callbacks would (the last of a repeated
+ * field wins) and returns true, or false when it is not sure (see above).
+ * Writes NULs into text after each declared field's value.
+ */
+static bool
+fast_scan(SdpInputSchema *schema, char *text, int len, FieldValue *fields)
+{
+	FastScan	fs = {text, text + len};
+	char	  **ends = palloc(sizeof(char *) * Max(schema->ncolumns, 1));
+	int			nfield = 0;
+	int			hint;
+
+	fast_skip_ws(&fs);
+	if (fs.p >= fs.end || *fs.p != '{')
+		return false;
+	fs.p++;
+	fast_skip_ws(&fs);
+	if (fs.p < fs.end && *fs.p == '}')
+		fs.p++;
+	else
+	{
+		for (;;)
+		{
+			char	   *name;
+			int			nlen;
+			int			column = -1;
+			char	   *vstart;
+			JsonTokenType type;
+
+			if (fs.p >= fs.end || *fs.p != '"' || !fast_string(&fs, &name, &nlen))
+				return false;
+			/* the column this field position had in the previous document first: producers keep their order */
+			hint = nfield < SDP_FIELD_HINTS ? schema->field_hint[nfield] : -1;
+			if (hint >= 0 && schema->columns[hint].namelen == nlen &&
+				memcmp(schema->columns[hint].name, name, nlen) == 0)
+				column = hint;
+			else
+			{
+				for (int i = 0; i < schema->ncolumns; i++)
+				{
+					const SdpInputColumn *c = &schema->columns[i];
+
+					if (c->namelen == nlen && memcmp(c->name, name, nlen) == 0)
+					{
+						column = i;
+						break;
+					}
+				}
+				if (nfield < SDP_FIELD_HINTS)
+					schema->field_hint[nfield] = column;
+			}
+			nfield++;
+			fast_skip_ws(&fs);
+			if (fs.p >= fs.end || *fs.p != ':')
+				return false;
+			fs.p++;
+			fast_skip_ws(&fs);
+			vstart = fs.p;
+			if (!fast_value(&fs, 1, &type))
+				return false;
+			if (column >= 0)
+			{
+				FieldValue *f = &fields[column];
+
+				f->type = type;
+				if (type == JSON_TOKEN_STRING)
+				{
+					f->text = vstart + 1;
+					f->len = (int) (fs.p - vstart) - 2;
+					ends[column] = fs.p - 1;
+				}
+				else
+				{
+					f->text = vstart;
+					f->len = (int) (fs.p - vstart);
+					ends[column] = fs.p;
+				}
+			}
+			fast_skip_ws(&fs);
+			if (fs.p >= fs.end)
+				return false;
+			if (*fs.p == '}')
+			{
+				fs.p++;
+				break;
+			}
+			if (*fs.p != ',')
+				return false;
+			fs.p++;
+			fast_skip_ws(&fs);
+		}
+	}
+	fast_skip_ws(&fs);
+	if (fs.p != fs.end)
+		return false;
+	/* checked whole: terminate the values in place (a closing quote or a delimiter, or the final NUL) */
+	for (int i = 0; i < schema->ncolumns; i++)
+		if (fields[i].type != JSON_TOKEN_INVALID)
+			*ends[i] = '\0';
+	pfree(ends);
+	return true;
+}
+
 /* Raised inside the conversion and caught by sdp_decode_message. */
 static void
 field_error(const SdpInputColumn *col, const char *fmt, const char *value)
@@ -199,9 +491,64 @@ int_in_range(const SdpInputColumn *col, const FieldValue *f, int64 min, int64 ma
 	return r;
 }
 
+/*
+ * A plain decimal of at most 15 digits, -?[0-9]+(.[0-9]+)?, exactly as
+ * strtod (so float8in) reads it: the digits as an integer and 10 to the
+ * power of the fraction's length are both exact doubles, and IEEE division
+ * rounds their quotient correctly, as strtod rounds the decimal (Clinger's
+ * fast path).  False for anything else, which float8in reads.
+ */
+static bool
+simple_decimal(const char *s, double *result)
+{
+	static const double pow10[] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8,
+	1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15};
+	bool		neg = false;
+	int64		m = 0;
+	int			digits = 0;
+	int			frac = 0;
+
+	if (*s == '-')
+	{
+		neg = true;
+		s++;
+	}
+	if (*s < '0' || *s > '9')
+		return false;
+	while (*s >= '0' && *s <= '9')
+	{
+		m = m * 10 + (*s++ - '0');
+		if (++digits > 15)
+			return false;
+	}
+	if (*s == '.')
+	{
+		s++;
+		if (*s < '0' || *s > '9')
+			return false;
+		while (*s >= '0' && *s <= '9')
+		{
+			m = m * 10 + (*s++ - '0');
+			frac++;
+			if (++digits > 15)
+				return false;
+		}
+	}
+	if (*s != '\0')
+		return false;
+	*result = (double) m / pow10[frac];
+	if (neg)
+		*result = -*result;
+	return true;
+}
+
 static double
 field_to_double(const SdpInputColumn *col, const FieldValue *f)
 {
+	double		d;
+
+	if ((f->type == JSON_TOKEN_NUMBER || f->type == JSON_TOKEN_STRING) && simple_decimal(f->text, &d))
+		return d;
 	if (f->type == JSON_TOKEN_NUMBER || f->type == JSON_TOKEN_STRING)
 		return DatumGetFloat8(DirectFunctionCall1(float8in, CStringGetDatum(f->text)));
 	invalid_input(col, f);
@@ -227,6 +574,90 @@ epoch_to_timestamptz(double epoch)
 				(errcode(ERRCODE_DATETIME_VALUE_OUT_OF_RANGE),
 				 errmsg("epoch value %g is out of range for type timestamp with time zone", epoch)));
 	return (TimestampTz) usecs;
+}
+
+static inline bool
+digits_at(const char *s, int n, int *value)
+{
+	int			v = 0;
+
+	for (int i = 0; i < n; i++)
+	{
+		if (s[i] < '0' || s[i] > '9')
+			return false;
+		v = v * 10 + (s[i] - '0');
+	}
+	*value = v;
+	return true;
+}
+
+/*
+ * The common ISO 8601 form with an explicit zone, as timestamptz_in reads
+ * it: YYYY-MM-DD, 'T' or a space, HH:MM:SS, up to 6 digits of fraction,
+ * then Z or +HH:MM / -HH:MM.  The result does not depend on the session
+ * (TimeZone, DateStyle).  False for anything else (another form, no zone,
+ * a leap second, 24:00:00, a typmod), which timestamptz_in reads.
+ */
+static bool
+simple_iso_timestamptz(const char *s, int len, int32 typmod, TimestampTz *result)
+{
+	int			year,
+				mon,
+				mday,
+				hour,
+				min,
+				sec,
+				fsec = 0,
+				zh = 0,
+				zm = 0;
+	const char *p = s + 19;
+	int64		t;
+
+	if (typmod >= 0 || len < 20 || s[4] != '-' || s[7] != '-' || (s[10] != 'T' && s[10] != ' ') ||
+		s[13] != ':' || s[16] != ':' ||
+		!digits_at(s, 4, &year) || !digits_at(s + 5, 2, &mon) || !digits_at(s + 8, 2, &mday) ||
+		!digits_at(s + 11, 2, &hour) || !digits_at(s + 14, 2, &min) || !digits_at(s + 17, 2, &sec))
+		return false;
+	if (year < 1 || mon < 1 || mon > MONTHS_PER_YEAR ||
+		mday < 1 || mday > day_tab[isleap(year)][mon - 1] ||
+		hour > 23 || min > 59 || sec > 59)
+		return false;
+	if (*p == '.')
+	{
+		int			n = 0;
+
+		p++;
+		while (*p >= '0' && *p <= '9')
+		{
+			if (++n > 6)
+				return false;
+			fsec = fsec * 10 + (*p++ - '0');
+		}
+		if (n == 0)
+			return false;
+		for (; n < 6; n++)
+			fsec *= 10;
+	}
+	if (*p == 'Z' && p[1] == '\0')
+		;
+	else if ((*p == '+' || *p == '-') && digits_at(p + 1, 2, &zh) && p[3] == ':' &&
+			 digits_at(p + 4, 2, &zm) && p[6] == '\0' && zh <= 15 && zm <= 59)
+	{
+		if (*p == '-')
+		{
+			zh = -zh;
+			zm = -zm;
+		}
+	}
+	else
+		return false;
+	t = (int64) (date2j(year, mon, mday) - POSTGRES_EPOCH_JDATE) * USECS_PER_DAY +
+		((int64) hour * SECS_PER_HOUR + min * SECS_PER_MINUTE + sec) * USECS_PER_SEC + fsec -
+		((int64) zh * SECS_PER_HOUR + zm * SECS_PER_MINUTE) * USECS_PER_SEC;
+	if (!IS_VALID_TIMESTAMP(t))
+		return false;
+	*result = t;
+	return true;
 }
 
 static Datum
@@ -265,10 +696,16 @@ field_to_datum(SdpInputColumn *col, const FieldValue *f)
 			if (f->type == JSON_TOKEN_NUMBER)
 				return TimestampTzGetDatum(epoch_to_timestamptz(field_to_double(col, f)));
 			if (f->type == JSON_TOKEN_STRING)
+			{
+				TimestampTz ts;
+
+				if (simple_iso_timestamptz(f->text, f->len, col->typmod, &ts))
+					return TimestampTzGetDatum(ts);
 				return DirectFunctionCall3(timestamptz_in,
 										   CStringGetDatum(f->text),
 										   ObjectIdGetDatum(InvalidOid),
 										   Int32GetDatum(col->typmod));
+			}
 			invalid_input(col, f);
 			break;
 		case SDP_DECODE_JSONB:
@@ -353,9 +790,21 @@ sdp_decode_message(SdpInputSchema *schema, const char *payload, size_t len,
 		len = strlen(text);
 	}
 
+	st.fields = palloc0(sizeof(FieldValue) * Max(schema->ncolumns, 1));
+	{
+		char	   *copy = palloc(len + 1);
+
+		memcpy(copy, text, len);
+		copy[len] = '\0';
+		if (fast_scan(schema, copy, (int) len, st.fields))
+			goto convert;
+		/* not sure: PostgreSQL's parser decides, from scratch */
+		pfree(copy);
+		memset(st.fields, 0, sizeof(FieldValue) * Max(schema->ncolumns, 1));
+	}
+
 	st.lex = makeJsonLexContextCstringLen(text, (int) len, GetDatabaseEncoding(), true);
 	st.schema = schema;
-	st.fields = palloc0(sizeof(FieldValue) * Max(schema->ncolumns, 1));
 	st.column = -1;
 	sem.semstate = &st;
 	sem.object_start = on_nested_start;
@@ -384,6 +833,7 @@ sdp_decode_message(SdpInputSchema *schema, const char *payload, size_t len,
 	if (!st.is_object)
 		return decode_failure(error, sqlstate, pstrdup("message is not a JSON object"));
 
+convert:
 	PG_TRY();
 	{
 		for (int i = 0; i < schema->ncolumns; i++)
