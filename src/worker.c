@@ -17,9 +17,6 @@
 #include "worker.h"
 
 #include <time.h>
-#ifdef __GLIBC__
-#include <malloc.h>
-#endif
 
 #include "access/relation.h"
 #include "access/xact.h"
@@ -85,21 +82,6 @@ sdp_flow_worker_main(Datum main_arg)
 {
 	FlowWorker *w;
 	TimestampTz now;
-
-#ifdef __GLIBC__
-
-	/*
-	 * Keep the memory of one batch for the next.  Every batch frees what it
-	 * allocated (its contexts, SPI's, the executor's); glibc gives the top
-	 * of the heap back to the kernel past 128 kB, and maps allocations past
-	 * 128 kB afresh, so the next batch faulted the same pages in again: a
-	 * tenth of the worker's CPU on batches of a few hundred messages.  Up
-	 * to 16 MB stay in the process (its memory stays flat: it is the same
-	 * 16 MB from one batch to the next).
-	 */
-	mallopt(M_MMAP_THRESHOLD, 8 * 1024 * 1024);
-	mallopt(M_TRIM_THRESHOLD, 16 * 1024 * 1024);
-#endif
 
 	/* SIGTERM (stop, drop) ends the worker at its next CHECK_FOR_INTERRUPTS; an open batch rolls back. */
 	pqsignal(SIGTERM, die);
