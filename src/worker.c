@@ -56,6 +56,8 @@
 #define SDP_RETRY_MIN_MS		100
 #define SDP_RETRY_MAX_MS		30000
 #define SDP_RELAY_RETRY_MAX_MS	2000	/* the relay retries at least this often */
+/* a worker draining a backlog lingers this long for a fuller batch (worker_poll) */
+#define SDP_BEHIND_WAIT_MS		2
 
 static FlowWorker *W = NULL;
 
@@ -830,17 +832,49 @@ worker_run_batch(FlowWorker *w, Batch *b)
 	}
 }
 
-/* Poll what has arrived, lingering up to max_batch_wait for more when the batch is not full. */
+/*
+ * Messages the broker holds for the worker's partitions beyond the committed
+ * offsets, by the end offsets of the last fetch responses (no request).
+ */
+static int64
+worker_backlog(FlowWorker *w)
+{
+	int64		backlog = 0;
+
+	for (int i = 0; i < w->npartitions; i++)
+	{
+		int64		hw = kafka_source_cached_high_watermark(w->kafka, w->partitions[i]);
+
+		if (hw > w->next_offset[i])
+			backlog += hw - w->next_offset[i];
+	}
+	return backlog;
+}
+
+/*
+ * Poll what has arrived, lingering up to max_batch_wait for more when the
+ * batch is not full.  A worker draining a backlog is usually faster than
+ * librdkafka's fetcher and would take a batch of the few messages fetched
+ * since its last poll, paying a transaction, its offsets and the transform's
+ * start for each few: when the broker holds at least as many more messages
+ * as the batch has, it lingers up to SDP_BEHIND_WAIT_MS even with
+ * max_batch_wait 0.  Messages that have waited on the broker wait at most
+ * that much longer; a worker that keeps up never lingers.
+ */
 static int
 worker_poll(FlowWorker *w)
 {
 	size_t		bytes = 0;
 	size_t		max_bytes = (size_t) w->opts.max_batch_kb * 1024;
 	int			n = kafka_source_poll(w->kafka, w->poll_buf, w->opts.max_batch_rows, &bytes, max_bytes);
+	int			wait_ms = w->opts.max_batch_wait_ms;
 
-	if (n > 0 && n < w->opts.max_batch_rows && bytes < max_bytes && w->opts.max_batch_wait_ms > 0)
+	if (wait_ms == 0 && n > 0 && n < w->opts.max_batch_rows && bytes < max_bytes &&
+		worker_backlog(w) - n >= n)
+		wait_ms = SDP_BEHIND_WAIT_MS;
+	if (n > 0 && n < w->opts.max_batch_rows && bytes < max_bytes && wait_ms > 0)
 	{
-		TimestampTz until = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), w->opts.max_batch_wait_ms);
+		TimestampTz until = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), wait_ms);
 
 		while (n < w->opts.max_batch_rows && bytes < max_bytes)
 		{
