@@ -223,34 +223,46 @@ sdp_create_source(PG_FUNCTION_ARGS)
 }
 
 /*
- * sdp_drop_source(name): refused while a flow reads from it.
+ * Drop a source or a sink (what: "source" or "sink", its catalog table, the
+ * sdp.flows column that names it, and how flows use it), refused while a
+ * flow uses it.
  */
-Datum
-sdp_drop_source(PG_FUNCTION_ARGS)
+static void
+drop_kafka_endpoint(FunctionCallInfo fcinfo, const char *what, const char *table,
+					const char *column, const char *use)
 {
-	char	   *name = checked_name(fcinfo, 0, "source");
+	char	   *name = checked_name(fcinfo, 0, what);
 	Oid			owner;
 	char	   *owner_name;
 	Oid			argtypes[1] = {TEXTOID};
 	Datum		values[1] = {CStringGetTextDatum(name)};
+	char	   *users;
 
 	sdp_require_shmem();
 	SPI_connect();
-	if (!lookup_owner("sources", name, &owner, &owner_name))
+	if (!lookup_owner(table, name, &owner, &owner_name))
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
-				 errmsg("source \"%s\" does not exist", name)));
-	sdp_check_owner(owner, owner_name, "source", name);
-	catalog_execute("SELECT string_agg(name, ', ' ORDER BY name) FROM sdp.flows WHERE source = $1",
+				 errmsg("%s \"%s\" does not exist", what, name)));
+	sdp_check_owner(owner, owner_name, what, name);
+	catalog_execute(psprintf("SELECT string_agg(name, ', ' ORDER BY name) FROM sdp.flows WHERE %s = $1", column),
 					1, argtypes, values, NULL, true);
-	if (SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1) != NULL)
+	users = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+	if (users != NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_DEPENDENT_OBJECTS_STILL_EXIST),
-				 errmsg("cannot drop source \"%s\" because flows read from it", name),
-				 errdetail("Flows reading from it: %s.", SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1)),
+				 errmsg("cannot drop %s \"%s\" because flows %s it", what, name, use),
+				 errdetail("Flows that %s it: %s.", use, users),
 				 errhint("Drop those flows first with sdp_drop_flow().")));
-	catalog_execute("DELETE FROM sdp.sources WHERE name = $1", 1, argtypes, values, NULL, false);
+	catalog_execute(psprintf("DELETE FROM sdp.%s WHERE name = $1", table), 1, argtypes, values, NULL, false);
 	SPI_finish();
+}
+
+/* sdp_drop_source(name): refused while a flow reads from it. */
+Datum
+sdp_drop_source(PG_FUNCTION_ARGS)
+{
+	drop_kafka_endpoint(fcinfo, "source", "sources", "source", "read from");
 	PG_RETURN_VOID();
 }
 
@@ -305,35 +317,11 @@ sdp_create_sink(PG_FUNCTION_ARGS)
 	PG_RETURN_VOID();
 }
 
-/*
- * sdp_drop_sink(name): refused while a flow writes to it.
- */
+/* sdp_drop_sink(name): refused while a flow writes to it. */
 Datum
 sdp_drop_sink(PG_FUNCTION_ARGS)
 {
-	char	   *name = checked_name(fcinfo, 0, "sink");
-	Oid			owner;
-	char	   *owner_name;
-	Oid			argtypes[1] = {TEXTOID};
-	Datum		values[1] = {CStringGetTextDatum(name)};
-
-	sdp_require_shmem();
-	SPI_connect();
-	if (!lookup_owner("sinks", name, &owner, &owner_name))
-		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_OBJECT),
-				 errmsg("sink \"%s\" does not exist", name)));
-	sdp_check_owner(owner, owner_name, "sink", name);
-	catalog_execute("SELECT string_agg(name, ', ' ORDER BY name) FROM sdp.flows WHERE sink = $1",
-					1, argtypes, values, NULL, true);
-	if (SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1) != NULL)
-		ereport(ERROR,
-				(errcode(ERRCODE_DEPENDENT_OBJECTS_STILL_EXIST),
-				 errmsg("cannot drop sink \"%s\" because flows write to it", name),
-				 errdetail("Flows writing to it: %s.", SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1)),
-				 errhint("Drop those flows first with sdp_drop_flow().")));
-	catalog_execute("DELETE FROM sdp.sinks WHERE name = $1", 1, argtypes, values, NULL, false);
-	SPI_finish();
+	drop_kafka_endpoint(fcinfo, "sink", "sinks", "sink", "write to");
 	PG_RETURN_VOID();
 }
 
