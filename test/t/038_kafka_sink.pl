@@ -51,14 +51,15 @@ SdpKafka::kcat_produce(bootstrap => $boot, topic => 'small', messages => [
 	[ 'k1', '{"seq": 1, "at": "2026-12-01T08:00:00Z", "doc": {"a": [1, 2]}, "extra": true}', undef ],
 	[ undef, '{"seq": 2}', undef ] ]);
 
-my $total = 30000;
+my $total = 50000;
 my $producer = SdpKafka::start_flightsim(
 	bootstrap => $boot, topic => 'raw-flights',
-	args => [ '--count', $total, '--rate', 2500, '--seed', 38, '--aircraft', 300 ]);
+	# idempotent: a retry across the broker outage must not put an input in twice
+	args => [ '--count', $total, '--rate', 4000, '--seed', 38, '--aircraft', 300, '-X', 'enable.idempotence=true' ]);
 
 sub produced { SdpTest::query($node, 'SELECT count(*) FROM back') }
 
-ok($node->poll_query_until('postgres', 'SELECT count(*) > 3000 FROM back'), 'streaming through the sink');
+ok($node->poll_query_until('postgres', 'SELECT count(*) > 5000 FROM back'), 'streaming through the sink');
 SdpTest::crash_and_restart($node);
 pass('crash 1: mid-stream');
 
@@ -68,14 +69,14 @@ sleep 0.3;
 SdpTest::crash_and_restart($node);
 pass('crash 2: right after the restart, during catch-up');
 
-ok($node->poll_query_until('postgres', 'SELECT count(*) > 12000 FROM back'), 'streaming again');
+ok($node->poll_query_until('postgres', 'SELECT count(*) > 20000 FROM back'), 'streaming again');
 $broker->down;
 ok($node->poll_query_until('postgres',
 		"SELECT NOT broker_ok OR state = 'retrying' FROM sdp.flow_status WHERE flow = 'to_kafka'"),
 	'broker outage: the status shows it');
 sleep 1;
 $broker->up;
-ok($node->poll_query_until('postgres', "SELECT count(*) > 18000 FROM back"), 'streaming after the outage');
+ok($node->poll_query_until('postgres', "SELECT count(*) > 30000 FROM back"), 'streaming after the outage');
 SdpTest::crash_and_restart($node);
 pass('crash 3: later in the stream');
 
@@ -85,10 +86,16 @@ ok(SdpTest::wait_consumed($node, 'to_kafka', $total), 'to_kafka consumed everyth
 ok(SdpTest::wait_consumed($node, 'alice_flow', $total), 'alice_flow consumed everything');
 ok($node->poll_query_until('postgres', 'SELECT count(*) = 0 FROM sdp.outbox'), 'the outbox is empty');
 
+my $json = JSON::PP->new;
+# the input itself: every seq once (so any repeat below is the sink's)
+my %in_seq;
+$in_seq{ eval { $json->decode($_->{payload})->{seq} } // 'bad' }++
+  for SdpKafka::kcat_consume(bootstrap => $boot, topic => 'raw-flights');
+is(join(',', scalar(keys %in_seq), scalar(grep { $_ != 1 } values %in_seq)), "$total,0", "the input holds every seq once");
+
 # what a read_committed consumer sees in the sink topic
 my @msgs = SdpKafka::kcat_consume(bootstrap => $boot, topic => 'flights-out',
 	properties => { 'isolation.level' => 'read_committed' });
-my $json = JSON::PP->new;
 my $err;
 my (%seen, $dup, $bad_key, %key_partition, $split_key, $bad_json);
 for my $m (@msgs)
