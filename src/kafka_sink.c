@@ -5,7 +5,7 @@
  *
  * A sink flow writes its rows, by the ordinary write path and in its batch
  * transaction (with the source offsets), into sdp.outbox: the flow's
- * transform is wrapped so that each row becomes (flow_id, key, value), the
+ * transform is wrapped so that each row becomes (flow_id, worker, key, value), the
  * value a JSON object of the row's columns (sdp_sink_outbox_sql).  seq
  * comes from one sequence and the flow's worker is the only writer of its
  * rows, so seq order is commit order.
@@ -27,6 +27,18 @@
  * librdkafka's mock cluster too (which has no transactions: what an
  * interrupted transaction wrote stays visible, a prefix in each partition).
  * Rows found produced are deleted, the others are produced again.
+ *
+ * Several workers: each worker writes its rows tagged with its number
+ * (sdp.outbox.worker, from 0.5) and relays only those, with a producer of
+ * its own (transactional.id ...-flow-<id> for worker 0, ...-flow-<id>-w<n>
+ * for worker n) and a header sdp-worker on every message: seq order is
+ * commit order within each relay's rows, and the read-back looks for the
+ * relay's own last message in a partition, passing over the other relays'.
+ * It reads back only the partitions its pending rows go to.  Rows of a
+ * worker number that no longer runs (workers went down) are relayed by
+ * worker k % workers under worker k's transactional.id
+ * (kafka_relay_orphans).  A stateful flow's emitted rows become outbox rows
+ * here too (sdp_sink_outbox_row); stateful.c commits them with their state.
  *
  * A row is produced only once its batch's commit is flushed to WAL: with
  * synchronous_commit off, a crash could otherwise lose a batch (rows and
