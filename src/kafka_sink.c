@@ -602,6 +602,7 @@ readback_partition(KafkaRelay *r, rd_kafka_t *reader, int32 p, int64 *last, char
 		rd_kafka_topic_partition_list_t *list = rd_kafka_topic_partition_list_new(1);
 		TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), 3 * RELAY_TIMEOUT_MS);
 		int64		first = -1;	/* the lowest offset read in this window */
+		int64		stable_at = -1; /* the tail window: read up to here */
 		bool		done = false;
 		rd_kafka_resp_err_t err;
 
@@ -629,7 +630,24 @@ readback_partition(KafkaRelay *r, rd_kafka_t *reader, int32 p, int64 *last, char
 			if (m == NULL)
 				continue;
 			if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF)
-				done = true;
+			{
+				int64		lo,
+							hi;
+
+				/*
+				 * read_committed ends at the last stable offset: a
+				 * transaction of another writer (another worker of the flow)
+				 * still open holds it below messages of ours that committed
+				 * after that transaction began.  The tail window reads on
+				 * until the end passes the high watermark seen at its first
+				 * end (ours are all below it: our previous producer is fenced).
+				 */
+				if (end < 0 && stable_at < 0 &&
+					rd_kafka_get_watermark_offsets(reader, r->def.topic, p, &lo, &hi) == RD_KAFKA_RESP_ERR_NO_ERROR)
+					stable_at = hi;
+				if (end >= 0 || m->offset >= stable_at)
+					done = true;
+			}
 			else if (m->err != RD_KAFKA_RESP_ERR_NO_ERROR)
 			{
 				/* a broker that went away, say: start over with a new reader, after a wait */
@@ -648,7 +666,7 @@ readback_partition(KafkaRelay *r, rd_kafka_t *reader, int32 p, int64 *last, char
 					first = m->offset;
 				if (relay_message_seq(r, m, &seq))
 					*last = Max(*last, seq);
-				if (end >= 0 && m->offset >= end - 1)
+				if ((end >= 0 && m->offset >= end - 1) || (end < 0 && stable_at >= 0 && m->offset >= stable_at - 1))
 					done = true;
 			}
 			rd_kafka_message_destroy(m);
