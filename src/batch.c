@@ -405,7 +405,6 @@ static void
 write_emitted(void *arg, int lo, int hi)
 {
 	StageRun   *r = arg;
-
 	FlowWorker *w = r->w;
 	HeapTuple  *rows = r->rows + lo;
 
