@@ -1,9 +1,12 @@
 -- examples/flights.sql: the flight-tracking pipeline of the demo.
 --
 --   psql -v bootstrap=127.0.0.1:9092 -f examples/flights.sql
+--   psql -v bootstrap=127.0.0.1:9092 -v two_stage=1 -f examples/flights.sql
 --
 -- Needs sdp_ext created in sdp.database, and a Kafka topic raw-flights with
--- JSON aircraft positions (tools/flight_sim produces them).
+-- JSON aircraft positions (tools/flight_sim produces them).  With
+-- two_stage, zone congestion runs in two stages through Kafka (see the end
+-- of the file) and needs topics zone-positions and zone-alerts too.
 
 -- Monitored terminal areas (boxes around real airports), edited live by users.
 CREATE TABLE zones (
@@ -77,9 +80,50 @@ CREATE TABLE zone_alerts (
     updated_at     timestamptz NOT NULL
 );
 
+\if :{?two_stage}
+-- Zone congestion in two stages, through Kafka.  raw-flights is keyed by
+-- aircraft, but zone congestion is keyed by zone: to run it in several
+-- workers, each zone's positions must arrive on one partition (a key's
+-- state is owned by the partition it arrives on).  So the positions are
+-- re-keyed through a topic first (a repartition topic, as in Kafka
+-- Streams), exactly once:
+--   zone_positions_flow   raw-flights -> (zone, icao24, ts) -> zone-positions, keyed by zone
+--   zone_congestion_flow  zone-positions -> active_count, 2 workers -> zone-alerts, keyed by zone
+--   zone_alerts_flow      zone-alerts -> zone_alerts (upsert)
+-- zone-alerts is also what the systems that act on alerts read.  The sinks
+-- use the brokers of the flights source.
+SELECT sdp_create_sink('zone_positions', bootstrap_servers, 'zone-positions'),
+       sdp_create_sink('zone_alerts_out', bootstrap_servers, 'zone-alerts')
+  FROM sdp.source_list WHERE name = 'flights';
+SELECT sdp_create_source('zone_positions_in', bootstrap_servers, 'zone-positions', '{"isolation.level": "read_committed"}'),
+       sdp_create_source('zone_alerts_in', bootstrap_servers, 'zone-alerts', '{"isolation.level": "read_committed"}')
+  FROM sdp.source_list WHERE name = 'flights';
+
+SELECT sdp_create_flow('zone_positions_flow', source => 'flights', sink => 'zone_positions',
+  schema    => 'icao24 text, lat float8, lon float8, poller_ts timestamptz',
+  transform => $$SELECT z.zone, i.icao24, i.poller_ts AS ts FROM input i
+                 JOIN zones z ON i.lat BETWEEN z.min_lat AND z.max_lat
+                             AND i.lon BETWEEN z.min_lon AND z.max_lon$$,
+  options   => '{"sink_key": "zone", "progress_interval": "5 seconds"}');
+
+SELECT sdp_create_flow('zone_congestion_flow', source => 'zone_positions_in', sink => 'zone_alerts_out',
+  schema    => 'zone text, icao24 text, ts timestamptz',
+  transform => $$SELECT i.zone, i.icao24, z.capacity FROM input i JOIN zones z USING (zone)$$,
+  operator  => 'active_count',
+  options   => '{"key": "zone", "member": "icao24", "ttl": "30 seconds",
+                 "capacity_column": "capacity", "count_column": "aircraft_count",
+                 "alert_column": "crowded", "time_column": "updated_at",
+                 "sink_key": "zone", "workers": 2, "progress_interval": "5 seconds"}');
+
+SELECT sdp_create_flow('zone_alerts_flow', source => 'zone_alerts_in', target => 'zone_alerts',
+  schema    => 'zone text, aircraft_count bigint, crowded boolean, updated_at timestamptz',
+  options   => '{"progress_interval": "5 seconds", "notify": "flights"}');
+\else
 -- Zone congestion flow (stateful, processing time): per zone, the aircraft
 -- seen in the last 30 seconds; one sweep timer per zone evicts the others;
 -- the count is upserted whenever it changes, crowded past the capacity.
+-- One stage, one worker: raw-flights is keyed by aircraft, so every worker
+-- would see every zone (see two_stage above for several workers).
 SELECT sdp_create_flow('zone_congestion_flow', source => 'flights', target => 'zone_alerts',
   schema    => 'icao24 text, lat float8, lon float8',
   transform => $$SELECT z.zone, i.icao24, z.capacity FROM input i
@@ -90,3 +134,4 @@ SELECT sdp_create_flow('zone_congestion_flow', source => 'flights', target => 'z
                  "capacity_column": "capacity", "count_column": "aircraft_count",
                  "alert_column": "crowded", "time_column": "updated_at",
                  "progress_interval": "5 seconds", "notify": "flights"}');
+\endif

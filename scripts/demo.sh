@@ -4,7 +4,8 @@
 # Installs what is missing, builds and installs sdp_ext, then starts a
 # throwaway PostgreSQL (as the postgres OS user, sdp_ext preloaded), the
 # embedded Kafka broker and the flight simulator, declares the flows of
-# examples/flights.sql, starts the live dashboard (tools/sdp_dashboard, a map
+# examples/flights.sql (zone congestion in two stages, through the topics
+# zone-positions and zone-alerts), starts the live dashboard (tools/sdp_dashboard, a map
 # of the aircraft and zones in the browser, URL printed), and shows the
 # results refreshing live in the terminal, with each flow's latency percentiles.  Everything it started is stopped when it ends
 # (after DEMO_SECONDS, default 60, or on Ctrl-C).
@@ -56,14 +57,14 @@ sdp_as_postgres pg_ctl -D "$pg" -l "$dir/postgres.log" -w start >/dev/null
 psql_demo() { sdp_as_postgres psql -X -q -h "$dir" -p "$port" -U postgres -d postgres "$@"; }
 
 sdp_log "starting the embedded Kafka broker"
-tools/sdp_broker --topic raw-flights:4 --addr-file "$dir/broker.addr" --quiet > "$dir/broker.log" 2>&1 &
+tools/sdp_broker --topic raw-flights:4 --topic zone-positions:4 --topic zone-alerts:2 --addr-file "$dir/broker.addr" --quiet > "$dir/broker.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 100); do [ -s "$dir/broker.addr" ] && break; sleep 0.1; done
 bootstrap=$(cat "$dir/broker.addr")
 
-sdp_log "declaring the flows (examples/flights.sql) against $bootstrap"
+sdp_log "declaring the flows (examples/flights.sql, zone congestion in two stages through Kafka) against $bootstrap"
 psql_demo -c 'CREATE EXTENSION sdp_ext' >/dev/null
-psql_demo -v ON_ERROR_STOP=1 -v bootstrap="$bootstrap" -f examples/flights.sql >/dev/null
+psql_demo -v ON_ERROR_STOP=1 -v bootstrap="$bootstrap" -v two_stage=1 -f examples/flights.sql >/dev/null
 
 sdp_log "starting the dashboard"
 tools/sdp_dashboard --listen "$http" --db "host=$dir port=$port dbname=postgres user=postgres" \

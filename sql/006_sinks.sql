@@ -61,9 +61,16 @@ SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'events', 'events_out', 'se
 SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'events', NULL, 'seq bigint, zone text',
                                                 options => '{"mode": "upsert"}', sink => 'alerts')$$);
 SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'events', NULL, 'seq bigint, zone text',
-                                                options => '{"workers": 2}', sink => 'alerts')$$);
-SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'events', NULL, 'seq bigint, zone text',
                                                 options => '{"on_tombstone": "delete"}', sink => 'alerts')$$);
+-- an operator's rows: sink_key names one of them (not of the input), no upsert, the operator's options checked
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'events', NULL, 'zone text, icao24 text, ts timestamptz',
+                                                operator => 'active_count',
+                                                options => '{"key": "zone", "member": "icao24", "ttl": "1 min", "capacity": 3, "sink_key": "icao24"}',
+                                                sink => 'alerts')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'events', NULL, 'zone text, icao24 text, ts timestamptz',
+                                                operator => 'active_count',
+                                                options => '{"key": "zone", "member": "icao24", "ttl": "1 min", "capacity": 3, "mode": "upsert"}',
+                                                sink => 'alerts')$$);
 SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'events', NULL, 'zone text, icao24 text, ts timestamptz',
                                                 operator => 'active_count', options => '{"key": "zone", "member": "icao24", "ttl": "1 min"}',
                                                 sink => 'alerts')$$);
@@ -78,6 +85,11 @@ SELECT sdp_create_flow(name => 'to_alerts', source => 'events', schema => 'seq b
 SELECT sdp_create_flow('all_to_alerts', 'events', NULL, 'seq bigint, zone text', sink => 'alerts',
                        options => '{"sink_key": "kafka_key"}');
 SELECT pg_temp.refused($$SELECT sdp_set_flow_workers('all_to_alerts', 2)$$);
+-- a stateful operator's rows, in two workers, keyed by the operator's key
+SELECT sdp_create_flow('zone_counts', 'events', NULL, 'zone text, icao24 text',
+                       operator => 'active_count',
+                       options => '{"key": "zone", "member": "icao24", "ttl": "1 min", "capacity": 3, "sink_key": "zone", "workers": 2}',
+                       sink => 'alerts');
 -- sdp_alter_flow keeps the sink, and checks sink_key as sdp_create_flow does
 SELECT sdp_alter_flow('to_alerts', transform => 'SELECT seq, lower(zone) AS zone FROM input');
 SELECT pg_temp.refused($$SELECT sdp_alter_flow('to_alerts', options => '{"sink_key": "nope"}')$$);
@@ -104,6 +116,7 @@ SELECT name, target, sink FROM sdp.flows WHERE name = 'to_table';
 -- Dropping
 SELECT sdp_drop_flow('to_alerts');
 SELECT sdp_drop_flow('all_to_alerts');
+SELECT sdp_drop_flow('zone_counts');
 SELECT sdp_drop_flow('to_table');
 SELECT sdp_drop_sink('alerts');
 SELECT sdp_drop_sink('secured');

@@ -325,6 +325,25 @@ sdp_drop_sink(PG_FUNCTION_ARGS)
 	PG_RETURN_VOID();
 }
 
+/* The watermark is taken from the input, before any transform: event_time names a timestamptz column of it. */
+static void
+check_event_time_column(SdpInputSchema *schema, Jsonb *operator_options)
+{
+	char	   *event_time = sdp_operator_option(operator_options, "event_time");
+	bool		found = false;
+
+	if (event_time == NULL)
+		return;
+	for (int i = 0; i < schema->ncolumns; i++)
+		found |= (strcmp(schema->columns[i].name, event_time) == 0 &&
+				  schema->columns[i].typid == TIMESTAMPTZOID);
+	if (!found)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_COLUMN),
+				 errmsg("event_time column \"%s\" is not a timestamptz column of the input schema", event_time),
+				 errhint("Declare it in the schema, e.g. 'event_ts timestamptz'.")));
+}
+
 /*
  * sdp_create_flow(name, source, target regclass, schema, transform, operator,
  *				   options, sink): exactly one of target and sink.
@@ -443,11 +462,11 @@ sdp_create_flow(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("option \"sink_key\" is for a flow with a sink"),
 				 errhint("A flow into a table has no message key.")));
-	if (sink_name != NULL && (op != NULL || opts.workers > 1))
+	if (sink_name != NULL && opts.workers > 1 && !sdp_outbox_has_worker())
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("a flow with a sink cannot have %s yet", op ? "an operator" : "several workers"),
-				 op ? errhint("Write the operator's rows into a table.") : errhint("Run the flow in one worker.")));
+				 errmsg("a flow with a sink runs in one worker before version 0.5 of sdp_ext"),
+				 errhint("Run ALTER EXTENSION sdp_ext UPDATE.")));
 	if (sink_name != NULL && opts.on_tombstone == SDP_TOMBSTONE_DELETE)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -473,10 +492,26 @@ sdp_create_flow(PG_FUNCTION_ARGS)
 		SdpTransform outbox;
 		Oid			outbox_rel = get_relname_relid("outbox", get_namespace_oid("sdp", false));
 
-		sdp_sink_check_key(transform.result_desc, opts.sink_key);
-		sdp_transform_prepare_generated(&outbox, schema, sdp_sink_outbox_sql(transform_sql, schema, 0, opts.sink_key));
-		opts.mode = SDP_MODE_APPEND;
-		sdp_sink_prepare(&sink, outbox_rel, SDP_MODE_APPEND, outbox.result_desc, false);
+		bool		tagged = sdp_outbox_has_worker();
+
+		if (op)
+		{
+			/* the operator's rows, (flow_id, worker, key, value) each (kafka_sink.c) */
+			write_desc = op->validate(transform.result_desc, opts.operator_options, NULL, &opts);
+			check_constant_key(&transform, opts.operator_options, name, opts.workers);
+			check_event_time_column(schema, opts.operator_options);
+			sdp_sink_check_key(write_desc, opts.sink_key, true);
+			opts.mode = SDP_MODE_APPEND;
+			sdp_sink_prepare(&sink, outbox_rel, SDP_MODE_APPEND, sdp_sink_outbox_desc(tagged), false);
+		}
+		else
+		{
+			sdp_sink_check_key(transform.result_desc, opts.sink_key, false);
+			sdp_transform_prepare_generated(&outbox, schema,
+											sdp_sink_outbox_sql(transform_sql, schema, 0, tagged ? 0 : -1, opts.sink_key));
+			opts.mode = SDP_MODE_APPEND;
+			sdp_sink_prepare(&sink, outbox_rel, SDP_MODE_APPEND, outbox.result_desc, false);
+		}
 		sdp_sink_check_privileges(&sink, GetUserId());
 		PopActiveSnapshot();
 		target_name = NULL;
@@ -491,24 +526,9 @@ sdp_create_flow(PG_FUNCTION_ARGS)
 	write_desc = transform.result_desc;
 	if (op)
 	{
-		char	   *event_time = sdp_operator_option(opts.operator_options, "event_time");
-
 		write_desc = op->validate(transform.result_desc, opts.operator_options, rel, &opts);
 		check_constant_key(&transform, opts.operator_options, name, opts.workers);
-		/* the watermark is taken from the input, before any transform */
-		if (event_time)
-		{
-			bool		found = false;
-
-			for (int i = 0; i < schema->ncolumns; i++)
-				found |= (strcmp(schema->columns[i].name, event_time) == 0 &&
-						  schema->columns[i].typid == TIMESTAMPTZOID);
-			if (!found)
-				ereport(ERROR,
-						(errcode(ERRCODE_UNDEFINED_COLUMN),
-						 errmsg("event_time column \"%s\" is not a timestamptz column of the input schema", event_time),
-						 errhint("Declare it in the schema, e.g. 'event_ts timestamptz'.")));
-		}
+		check_event_time_column(schema, opts.operator_options);
 	}
 	relation_close(rel, AccessShareLock);
 	if (!opts.mode_given)
@@ -845,11 +865,12 @@ sdp_set_flow_workers(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
 				 errmsg("flow \"%s\" does not exist", name)));
-	if (workers > 1 && SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 5) != NULL)
+	if (workers > 1 && SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 5) != NULL &&
+		!sdp_outbox_has_worker())
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("a flow with a sink cannot have several workers yet"),
-				 errhint("Run the flow in one worker.")));
+				 errmsg("a flow with a sink runs in one worker before version 0.5 of sdp_ext"),
+				 errhint("Run ALTER EXTENSION sdp_ext UPDATE.")));
 	opname = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
 	if (opname != NULL)
 		op = sdp_find_operator(opname);

@@ -400,14 +400,24 @@ sort_rows_by_partition(Batch *b)
 	pfree(row_msg);
 }
 
-/* The operator's emitted rows [lo, hi) into the target. */
+/* The operator's emitted rows [lo, hi) into the target (or the outbox). */
 static void
 write_emitted(void *arg, int lo, int hi)
 {
 	StageRun   *r = arg;
+	FlowWorker *w = r->w;
+	HeapTuple  *rows = r->rows + lo;
 
 	r->stage = "write";
-	r->b->rows_written += sdp_sink_write(&r->w->sink, r->rows + lo, hi - lo);
+	if (w->emitted_desc)
+	{
+		/* a sink flow: into its outbox, as (flow_id, worker, key, value) */
+		rows = palloc(sizeof(HeapTuple) * Max(hi - lo, 1));
+		for (int i = lo; i < hi; i++)
+			rows[i - lo] = sdp_sink_outbox_row(w->sink.row_desc, w->args.flow_id, w->args.worker_no,
+											   w->emitted_desc, r->rows[i], w->sink_key_attno);
+	}
+	r->b->rows_written += sdp_sink_write(&w->sink, rows, hi - lo);
 	r->nunits_ok += hi - lo;
 }
 
@@ -417,7 +427,8 @@ set_unit_aside(StageRun *r, bool message, int i, const char *stage, ErrorData *e
 {
 	if (message)
 		return sdp_set_aside(r->w, r->b, r->b->msgs[r->b->row_msg[i]], NULL, stage, edata, &r->fail_message);
-	return sdp_set_aside(r->w, r->b, NULL, sdp_row_as_json(r->w->sink.row_desc, r->rows[i]),
+	return sdp_set_aside(r->w, r->b, NULL,
+						 sdp_row_as_json(r->w->emitted_desc ? r->w->emitted_desc : r->w->sink.row_desc, r->rows[i]),
 						 stage, edata, &r->fail_message);
 }
 

@@ -5,7 +5,7 @@
  *
  * A sink flow writes its rows, by the ordinary write path and in its batch
  * transaction (with the source offsets), into sdp.outbox: the flow's
- * transform is wrapped so that each row becomes (flow_id, key, value), the
+ * transform is wrapped so that each row becomes (flow_id, worker, key, value), the
  * value a JSON object of the row's columns (sdp_sink_outbox_sql).  seq
  * comes from one sequence and the flow's worker is the only writer of its
  * rows, so seq order is commit order.
@@ -27,6 +27,18 @@
  * librdkafka's mock cluster too (which has no transactions: what an
  * interrupted transaction wrote stays visible, a prefix in each partition).
  * Rows found produced are deleted, the others are produced again.
+ *
+ * Several workers: each worker writes its rows tagged with its number
+ * (sdp.outbox.worker, from 0.5) and relays only those, with a producer of
+ * its own (transactional.id ...-flow-<id> for worker 0, ...-flow-<id>-w<n>
+ * for worker n) and a header sdp-worker on every message: seq order is
+ * commit order within each relay's rows, and the read-back looks for the
+ * relay's own last message in a partition, passing over the other relays'.
+ * It reads back only the partitions its pending rows go to.  Rows of a
+ * worker number that no longer runs (workers went down) are relayed by
+ * worker k % workers under worker k's transactional.id
+ * (kafka_relay_orphans).  A stateful flow's emitted rows become outbox rows
+ * here too (sdp_sink_outbox_row); stateful.c commits them with their state.
  *
  * A row is produced only once its batch's commit is flushed to WAL: with
  * synchronous_commit off, a crash could otherwise lose a batch (rows and
@@ -54,6 +66,11 @@
 #include "miscadmin.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/fmgrprotos.h"
+#include "utils/jsonb.h"
+#include "utils/lsyscache.h"
+#include "catalog/namespace.h"
+#include "access/htup_details.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
 
@@ -80,6 +97,9 @@ struct KafkaRelay
 	char	   *flow_name;
 	int64		flow_id;
 	char		flow_id_text[24];
+	int			worker;			/* whose outbox rows: the worker that wrote them */
+	char		worker_text[12];
+	bool		tagged;			/* sdp.outbox has column worker (0.5) */
 	char	   *txn_id;
 	SdpSinkDef	def;
 	MemoryContext cxt;			/* rows of one round */
@@ -93,6 +113,12 @@ struct KafkaRelay
 	int64		txn_last_seq;	/* the last seq of the open transaction */
 	int			npartitions;
 };
+
+static void relay_destroy_producer(KafkaRelay *r);
+static const char *relay_rows(KafkaRelay *r, Oid *types, Datum *values);
+static void outbox_begin(void);
+static void outbox_end(void);
+static void outbox_execute(const char *sql, int nargs, Oid *types, Datum *values, bool read_only);
 
 static bool
 is_reserved(const char *key)
@@ -143,7 +169,7 @@ kafka_sink_validate_properties(List *properties)
 
 /* The sink_key option names a column of the flow's rows. */
 void
-sdp_sink_check_key(TupleDesc rows, const char *sink_key)
+sdp_sink_check_key(TupleDesc rows, const char *sink_key, bool operator_rows)
 {
 	if (sink_key == NULL)
 		return;
@@ -157,7 +183,8 @@ sdp_sink_check_key(TupleDesc rows, const char *sink_key)
 	ereport(ERROR,
 			(errcode(ERRCODE_UNDEFINED_COLUMN),
 			 errmsg("sink_key column \"%s\" is not a column of the flow's rows", sink_key),
-			 errhint("Name a column of the transform's result (or of the input schema, for a flow without transform).")));
+			 operator_rows ? errhint("Name a column of the rows the operator emits.")
+			 : errhint("Name a column of the transform's result (or of the input schema, for a flow without transform).")));
 }
 
 /*
@@ -167,11 +194,15 @@ sdp_sink_check_key(TupleDesc rows, const char *sink_key)
  * object of its columns, which is what a source's JSON decoding reads back.
  */
 char *
-sdp_sink_outbox_sql(const char *transform_sql, SdpInputSchema *schema, int64 flow_id,
+sdp_sink_outbox_sql(const char *transform_sql, SdpInputSchema *schema, int64 flow_id, int worker,
 					const char *sink_key)
 {
 	char	   *key = sink_key ? psprintf("(i.%s)::pg_catalog.text", quote_identifier(sink_key))
 		: pstrdup("NULL::pg_catalog.text");
+	char	   *head = worker < 0
+		? psprintf("SELECT " INT64_FORMAT "::pg_catalog.int8 AS flow_id, %s AS key, ", flow_id, key)
+		: psprintf("SELECT " INT64_FORMAT "::pg_catalog.int8 AS flow_id, %d::pg_catalog.int4 AS worker, %s AS key, ",
+				   flow_id, worker, key);
 
 	if (transform_sql == NULL)
 	{
@@ -180,10 +211,9 @@ sdp_sink_outbox_sql(const char *transform_sql, SdpInputSchema *schema, int64 flo
 		initStringInfo(&cols);
 		for (int c = 0; c < schema->ncolumns; c++)
 			appendStringInfo(&cols, "%si.%s", c > 0 ? ", " : "", quote_identifier(schema->columns[c].name));
-		return psprintf("SELECT " INT64_FORMAT "::pg_catalog.int8 AS flow_id, %s AS key, "
-						"pg_catalog.to_jsonb(r)::pg_catalog.text AS value "
+		return psprintf("%spg_catalog.to_jsonb(r)::pg_catalog.text AS value "
 						"FROM input i CROSS JOIN LATERAL (SELECT %s) r",
-						flow_id, key, cols.data);
+						head, cols.data);
 	}
 	else
 	{
@@ -193,10 +223,129 @@ sdp_sink_outbox_sql(const char *transform_sql, SdpInputSchema *schema, int64 flo
 
 		while (len > 0 && (sql[len - 1] == ';' || isspace((unsigned char) sql[len - 1])))
 			sql[--len] = '\0';
-		return psprintf("SELECT " INT64_FORMAT "::pg_catalog.int8 AS flow_id, %s AS key, "
-						"pg_catalog.to_jsonb(i)::pg_catalog.text AS value FROM (%s\n) i",
-						flow_id, key, sql);
+		return psprintf("%spg_catalog.to_jsonb(i)::pg_catalog.text AS value FROM (%s\n) i",
+						head, sql);
 	}
+}
+
+/* Whether sdp.outbox has column worker (0.5): sink flows may then have several workers.  In a transaction. */
+bool
+sdp_outbox_has_worker(void)
+{
+	Oid			nsp = get_namespace_oid("sdp", true);
+	Oid			rel = OidIsValid(nsp) ? get_relname_relid("outbox", nsp) : InvalidOid;
+
+	return OidIsValid(rel) && get_attnum(rel, "worker") != InvalidAttrNumber;
+}
+
+/*
+ * The rows a stateful sink flow writes into its outbox: (flow_id, worker,
+ * key, value), without worker on a 0.4 catalog (tagged false).
+ */
+TupleDesc
+sdp_sink_outbox_desc(bool tagged)
+{
+	TupleDesc	desc = CreateTemplateTupleDesc(tagged ? 4 : 3);
+	int			a = 1;
+
+	TupleDescInitEntry(desc, a++, "flow_id", INT8OID, -1, 0);
+	if (tagged)
+		TupleDescInitEntry(desc, a++, "worker", INT4OID, -1, 0);
+	TupleDescInitEntry(desc, a++, "key", TEXTOID, -1, 0);
+	TupleDescInitEntry(desc, a++, "value", TEXTOID, -1, 0);
+	return desc;
+}
+
+/*
+ * An operator's emitted row as an outbox row: the value the JSON object of
+ * its columns, encoded as to_jsonb encodes the rows of a stateless sink
+ * flow; the key the text of column key_attno (0: none).  'emitted' must be
+ * blessed (BlessTupleDesc), so that the row reads as a record.
+ */
+HeapTuple
+sdp_sink_outbox_row(TupleDesc outbox, int64 flow_id, int worker, TupleDesc emitted, HeapTuple row,
+					int key_attno)
+{
+	Datum		values[4];
+	bool		nulls[4] = {false, false, false, false};
+	Datum		record = heap_copy_tuple_as_datum(row, emitted);
+	Datum		json = DirectFunctionCall1(row_to_json, record);
+	Datum		jsonb = DirectFunctionCall1(jsonb_in, CStringGetDatum(text_to_cstring(DatumGetTextPP(json))));
+	char	   *key = key_attno > 0 ? SPI_getvalue(row, emitted, key_attno) : NULL;
+	int			a = 0;
+
+	values[a++] = Int64GetDatum(flow_id);
+	if (outbox->natts == 4)
+		values[a++] = Int32GetDatum(worker);
+	values[a] = key ? CStringGetTextDatum(key) : (Datum) 0;
+	nulls[a++] = key == NULL;
+	values[a++] = CStringGetTextDatum(DatumGetCString(DirectFunctionCall1(jsonb_out, jsonb)));
+	return heap_form_tuple(outbox, values, nulls);
+}
+
+/*
+ * The worker numbers, other than the running ones, whose rows are left in
+ * the flow's outbox (its number of workers went down), that worker
+ * 'worker_no' of 'nworkers' relays: k % nworkers = worker_no.  Read in a
+ * transaction of its own.
+ */
+List *
+kafka_relay_orphans(int64 flow_id, int nworkers, int worker_no, int64 *max_seq)
+{
+	Oid			types[3] = {INT8OID, INT4OID, INT4OID};
+	Datum		values[3] = {Int64GetDatum(flow_id), Int32GetDatum(nworkers), Int32GetDatum(worker_no)};
+	MemoryContext cxt = CurrentMemoryContext;
+	List	   *orphans = NIL;
+
+	outbox_begin();
+	if (sdp_outbox_has_worker())
+	{
+		outbox_execute("SELECT DISTINCT worker FROM sdp.outbox "
+					   "WHERE flow_id = $1 AND worker >= $2 AND worker % $2 = $3 ORDER BY worker",
+					   3, types, values, true);
+		for (uint64 i = 0; i < SPI_processed; i++)
+		{
+			bool		isnull;
+			int			k = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));
+			MemoryContext old = MemoryContextSwitchTo(cxt);
+
+			orphans = lappend_int(orphans, k);
+			MemoryContextSwitchTo(old);
+		}
+		outbox_execute("SELECT pg_catalog.max(seq) FROM sdp.outbox WHERE flow_id = $1", 1, types, values, true);
+		if (SPI_processed == 1)
+		{
+			bool		isnull;
+			Datum		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+
+			*max_seq = isnull ? 0 : DatumGetInt64(d);
+		}
+	}
+	outbox_end();
+	return orphans;
+}
+
+/*
+ * Whether the flow's outbox holds rows up to seq 'upto' that other workers
+ * than the relay's wrote (other relays produce them).  In a transaction of
+ * its own.
+ */
+bool
+kafka_relay_others_pending(KafkaRelay *r, int64 upto)
+{
+	Oid			types[3];
+	Datum		values[3];
+	bool		pending;
+
+	(void) relay_rows(r, types, values);
+	types[2] = INT8OID;
+	values[2] = Int64GetDatum(upto);
+	outbox_begin();
+	outbox_execute("SELECT 1 FROM sdp.outbox WHERE flow_id = $1 AND worker <> $2 AND seq <= $3 LIMIT 1",
+				   3, types, values, true);
+	pending = SPI_processed > 0;
+	outbox_end();
+	return pending;
 }
 
 /* rd_kafka_new with every signal blocked, so that librdkafka's threads never take one. */
@@ -233,19 +382,42 @@ relay_conf(KafkaRelay *r, const char *const (*ours)[2], int nours)
 	return conf;
 }
 
+/*
+ * The relay of the outbox rows that worker 'worker' of the flow wrote.
+ * Its transactional.id is stable per flow and worker number, so that the
+ * next relay of the same rows fences this one: sdp-<database>-flow-<id>
+ * for worker 0 (the one a flow with one worker always had), and
+ * sdp-<database>-flow-<id>-w<n> for worker n.  'tagged': sdp.outbox has
+ * column worker (without it, 0.4, the flow has one worker).
+ */
 KafkaRelay *
-kafka_relay_create(const SdpSinkDef *sink, int64 flow_id, const char *flow_name)
+kafka_relay_create(const SdpSinkDef *sink, int64 flow_id, const char *flow_name, int worker, bool tagged)
 {
 	KafkaRelay *r = palloc0(sizeof(KafkaRelay));
 
+	Assert(tagged || worker == 0);
 	r->flow_name = pstrdup(flow_name);
 	r->flow_id = flow_id;
+	r->worker = worker;
+	r->tagged = tagged;
 	snprintf(r->flow_id_text, sizeof(r->flow_id_text), INT64_FORMAT, flow_id);
-	/* stable per flow: the next worker of the flow fences this one */
-	r->txn_id = psprintf("sdp-%s-flow-" INT64_FORMAT, sdp_database, flow_id);
+	snprintf(r->worker_text, sizeof(r->worker_text), "%d", worker);
+	r->txn_id = worker == 0 ? psprintf("sdp-%s-flow-" INT64_FORMAT, sdp_database, flow_id)
+		: psprintf("sdp-%s-flow-" INT64_FORMAT "-w%d", sdp_database, flow_id, worker);
 	r->def = *sink;
 	r->cxt = AllocSetContextCreate(CurrentMemoryContext, "sdp relay rows", ALLOCSET_DEFAULT_SIZES);
 	return r;
+}
+
+/* The relay's producer and memory go; used for the relay of an earlier worker once its rows are out. */
+void
+kafka_relay_destroy(KafkaRelay *r)
+{
+	relay_destroy_producer(r);
+	MemoryContextDelete(r->cxt);
+	pfree(r->txn_id);
+	pfree(r->flow_name);
+	pfree(r);
 }
 
 static void
@@ -345,22 +517,75 @@ outbox_execute(const char *sql, int nargs, Oid *types, Datum *values, bool read_
 		elog(ERROR, "statement on sdp.outbox failed: %s", SPI_result_code_string(rc));
 }
 
+/*
+ * The relay's rows: "flow_id = $1 AND worker = $2" (or without the worker,
+ * on a 0.4 catalog), with $1 and $2 in types and values; the caller's
+ * parameters follow from $3.
+ */
+static const char *
+relay_rows(KafkaRelay *r, Oid *types, Datum *values)
+{
+	types[0] = INT8OID;
+	values[0] = Int64GetDatum(r->flow_id);
+	types[1] = INT4OID;
+	values[1] = Int32GetDatum(r->worker);
+	return r->tagged ? "flow_id = $1 AND worker = $2" : "flow_id = $1 AND $2 = 0";
+}
+
 static void
 outbox_delete_upto(KafkaRelay *r, int64 seq)
 {
-	Oid			types[2] = {INT8OID, INT8OID};
-	Datum		values[2] = {Int64GetDatum(r->flow_id), Int64GetDatum(seq)};
+	Oid			types[3];
+	Datum		values[3];
+	const char *mine = relay_rows(r, types, values);
 
+	types[2] = INT8OID;
+	values[2] = Int64GetDatum(seq);
 	outbox_begin();
-	outbox_execute("DELETE FROM sdp.outbox WHERE flow_id = $1 AND seq <= $2", 2, types, values, false);
+	outbox_execute(psprintf("DELETE FROM sdp.outbox WHERE %s AND seq <= $3", mine), 3, types, values, false);
 	outbox_end();
 }
 
+/* Whether message m is one of this relay's: headers sdp-flow and sdp-worker (none: worker 0, as 0.4 wrote). */
+static bool
+relay_message_seq(KafkaRelay *r, rd_kafka_message_t *m, int64 *seq_out)
+{
+	rd_kafka_headers_t *hdrs;
+	const void *flow,
+			   *worker,
+			   *seq;
+	size_t		flow_len,
+				worker_len,
+				seq_len;
+	char		buf[24];
+
+	if (rd_kafka_message_headers(m, &hdrs) != RD_KAFKA_RESP_ERR_NO_ERROR ||
+		rd_kafka_header_get_last(hdrs, "sdp-flow", &flow, &flow_len) != RD_KAFKA_RESP_ERR_NO_ERROR ||
+		flow_len != strlen(r->flow_id_text) || memcmp(flow, r->flow_id_text, flow_len) != 0)
+		return false;
+	if (rd_kafka_header_get_last(hdrs, "sdp-worker", &worker, &worker_len) == RD_KAFKA_RESP_ERR_NO_ERROR)
+	{
+		if (worker_len != strlen(r->worker_text) || memcmp(worker, r->worker_text, worker_len) != 0)
+			return false;
+	}
+	else if (r->worker != 0)
+		return false;
+	if (rd_kafka_header_get_last(hdrs, "sdp-seq", &seq, &seq_len) != RD_KAFKA_RESP_ERR_NO_ERROR ||
+		seq_len >= sizeof(buf))
+		return false;
+	memcpy(buf, seq, seq_len);
+	buf[seq_len] = '\0';
+	*seq_out = strtoi64(buf, NULL, 10);
+	return true;
+}
+
 /*
- * The last seq of this flow in partition p as a read_committed consumer
- * sees it, or -1: read back from the partition's end, RELAY_READBACK
- * offsets at a time, until a message of the flow is found or the start of
- * the partition is reached.  The windows are assigned by logical offset
+ * The last seq of this relay (flow and worker) in partition p as a
+ * read_committed consumer sees it, or -1: read back from the partition's
+ * end, RELAY_READBACK offsets at a time, until a message of the relay is
+ * found or the start of the partition is reached.  Other relays (the
+ * flow's other workers, other flows) may have written after it: their
+ * messages are passed over.  The windows are assigned by logical offset
  * (the tail) and then by absolute offsets below the first one read, so
  * that no watermark query is needed: rd_kafka_query_watermark_offsets
  * does not keep its timeout when the broker goes away while it waits.
@@ -377,6 +602,7 @@ readback_partition(KafkaRelay *r, rd_kafka_t *reader, int32 p, int64 *last, char
 		rd_kafka_topic_partition_list_t *list = rd_kafka_topic_partition_list_new(1);
 		TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), 3 * RELAY_TIMEOUT_MS);
 		int64		first = -1;	/* the lowest offset read in this window */
+		int64		stable_at = -1; /* the tail window: read up to here */
 		bool		done = false;
 		rd_kafka_resp_err_t err;
 
@@ -404,7 +630,24 @@ readback_partition(KafkaRelay *r, rd_kafka_t *reader, int32 p, int64 *last, char
 			if (m == NULL)
 				continue;
 			if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF)
-				done = true;
+			{
+				int64		lo,
+							hi;
+
+				/*
+				 * read_committed ends at the last stable offset: a
+				 * transaction of another writer (another worker of the flow)
+				 * still open holds it below messages of ours that committed
+				 * after that transaction began.  The tail window reads on
+				 * until the end passes the high watermark seen at its first
+				 * end (ours are all below it: our previous producer is fenced).
+				 */
+				if (end < 0 && stable_at < 0 &&
+					rd_kafka_get_watermark_offsets(reader, r->def.topic, p, &lo, &hi) == RD_KAFKA_RESP_ERR_NO_ERROR)
+					stable_at = hi;
+				if (end >= 0 || m->offset >= stable_at)
+					done = true;
+			}
 			else if (m->err != RD_KAFKA_RESP_ERR_NO_ERROR)
 			{
 				/* a broker that went away, say: start over with a new reader, after a wait */
@@ -417,27 +660,13 @@ readback_partition(KafkaRelay *r, rd_kafka_t *reader, int32 p, int64 *last, char
 				done = true;	/* past the window: the previous one read from here */
 			else
 			{
-				rd_kafka_headers_t *hdrs;
-				const void *flow,
-						   *seq;
-				size_t		flow_len,
-							seq_len;
+				int64		seq;
 
 				if (first < 0 || m->offset < first)
 					first = m->offset;
-				if (rd_kafka_message_headers(m, &hdrs) == RD_KAFKA_RESP_ERR_NO_ERROR &&
-					rd_kafka_header_get_last(hdrs, "sdp-flow", &flow, &flow_len) == RD_KAFKA_RESP_ERR_NO_ERROR &&
-					flow_len == strlen(r->flow_id_text) && memcmp(flow, r->flow_id_text, flow_len) == 0 &&
-					rd_kafka_header_get_last(hdrs, "sdp-seq", &seq, &seq_len) == RD_KAFKA_RESP_ERR_NO_ERROR &&
-					seq_len < 24)
-				{
-					char		buf[24];
-
-					memcpy(buf, seq, seq_len);
-					buf[seq_len] = '\0';
-					*last = Max(*last, strtoi64(buf, NULL, 10));
-				}
-				if (end >= 0 && m->offset >= end - 1)
+				if (relay_message_seq(r, m, &seq))
+					*last = Max(*last, seq);
+				if ((end >= 0 && m->offset >= end - 1) || (end < 0 && stable_at >= 0 && m->offset >= stable_at - 1))
 					done = true;
 			}
 			rd_kafka_message_destroy(m);
@@ -451,8 +680,10 @@ readback_partition(KafkaRelay *r, rd_kafka_t *reader, int32 p, int64 *last, char
 }
 
 /*
- * Bring the outbox in line with the topic: read back the flow's last seq
- * in every partition, and delete the rows that are produced.
+ * Bring the outbox in line with the topic: read back the relay's last seq
+ * in every partition that a row of its outbox goes to (the others cannot
+ * hold one of its rows that is not deleted), and delete the rows found
+ * produced.
  */
 static bool
 relay_recover(KafkaRelay *r, char **error)
@@ -466,14 +697,21 @@ relay_recover(KafkaRelay *r, char **error)
 	};
 	const struct rd_kafka_metadata *md;
 	rd_kafka_resp_err_t err;
-	rd_kafka_t *reader;
+	rd_kafka_t *reader = NULL;
 	char		errstr[512];
 	int64	   *last;
+	bool	   *wanted;
 	bool		ok = true;
-	Oid			types[2] = {INT8OID, INT8ARRAYOID};
-	Datum		values[2];
+	Oid			types[3];
+	Datum		values[3];
+	const char *mine = relay_rows(r, types, values);
+	int64	   *seqs;
+	int32	   *parts;
+	int			npending;
 	Datum	   *produced;
 	int			nproduced = 0;
+	int			nread = 0;
+	MemoryContext cxt = CurrentMemoryContext;
 
 	err = rd_kafka_metadata(r->rk, 0, r->rkt, &md, RELAY_TIMEOUT_MS);
 	if (err)
@@ -491,44 +729,69 @@ relay_recover(KafkaRelay *r, char **error)
 	r->npartitions = md->topics[0].partition_cnt;
 	rd_kafka_metadata_destroy(md);
 
-	reader = new_client(RD_KAFKA_CONSUMER, relay_conf(r, ours, lengthof(ours)), errstr, sizeof(errstr));
-	if (reader == NULL)
+	/* the relay's rows, and the partitions they go to */
+	outbox_begin();
+	outbox_execute(psprintf("SELECT seq, key FROM sdp.outbox WHERE %s ORDER BY seq", mine), 2, types, values, true);
+	npending = (int) SPI_processed;
+	/* in the caller's memory: SPI's goes at outbox_end */
+	seqs = MemoryContextAlloc(cxt, sizeof(int64) * Max(1, npending));
+	parts = MemoryContextAlloc(cxt, sizeof(int32) * Max(1, npending));
+	for (int i = 0; i < npending; i++)
 	{
-		*error = psprintf("sink \"%s\": could not create the read-back consumer: %s", r->def.name, errstr);
-		return false;
+		bool		isnull;
+		char	   *key = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2);
+
+		seqs[i] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));
+		parts[i] = row_partition(r, key, seqs[i]);
 	}
+	outbox_end();
+	if (npending == 0)
+		return true;
+
+	wanted = palloc0(sizeof(bool) * r->npartitions);
+	for (int i = 0; i < npending; i++)
+		wanted[parts[i]] = true;
 	last = palloc(sizeof(int64) * r->npartitions);
 	for (int p = 0; ok && p < r->npartitions; p++)
+	{
+		last[p] = -1;
+		if (!wanted[p])
+			continue;
+		if (reader == NULL)
+		{
+			reader = new_client(RD_KAFKA_CONSUMER, relay_conf(r, ours, lengthof(ours)), errstr, sizeof(errstr));
+			if (reader == NULL)
+			{
+				*error = psprintf("sink \"%s\": could not create the read-back consumer: %s", r->def.name, errstr);
+				return false;
+			}
+		}
 		ok = readback_partition(r, reader, p, &last[p], error);
-	rd_kafka_destroy_flags(reader, RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);
+		nread++;
+	}
+	if (reader)
+		rd_kafka_destroy_flags(reader, RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);
 	if (!ok)
 		return false;
 
 	/* the rows found produced go */
-	outbox_begin();
-	values[0] = Int64GetDatum(r->flow_id);
-	outbox_execute("SELECT seq, key FROM sdp.outbox WHERE flow_id = $1 ORDER BY seq", 1, types, values, true);
-	produced = palloc(sizeof(Datum) * Max(1, SPI_processed));
-	for (uint64 i = 0; i < SPI_processed; i++)
-	{
-		bool		isnull;
-		int64		seq = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));
-		char	   *key = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2);
-
-		if (seq <= last[row_partition(r, key, seq)])
-			produced[nproduced++] = Int64GetDatum(seq);
-	}
+	produced = palloc(sizeof(Datum) * npending);
+	for (int i = 0; i < npending; i++)
+		if (seqs[i] <= last[parts[i]])
+			produced[nproduced++] = Int64GetDatum(seqs[i]);
 	if (nproduced > 0)
 	{
-		values[1] = PointerGetDatum(construct_array(produced, nproduced, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
-		outbox_execute("DELETE FROM sdp.outbox WHERE flow_id = $1 AND seq = ANY ($2)", 2, types, values, false);
+		types[2] = INT8ARRAYOID;
+		values[2] = PointerGetDatum(construct_array(produced, nproduced, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+		outbox_begin();
+		outbox_execute(psprintf("DELETE FROM sdp.outbox WHERE %s AND seq = ANY ($3)", mine), 3, types, values, false);
+		outbox_end();
 	}
-	outbox_end();
-	if (nproduced > 0)
-		ereport(LOG,
-				(errmsg("sdp flow \"%s\": %d rows of its outbox were already in topic \"%s\"",
-						r->flow_name, nproduced, r->def.topic)));
+	ereport(LOG,
+			(errmsg("sdp flow \"%s\": worker %d's outbox holds %d rows, %d of them already in topic \"%s\" (%d of its %d partitions read back)",
+					r->flow_name, r->worker, npending, nproduced, r->def.topic, nread, r->npartitions)));
 	pfree(last);
+	pfree(wanted);
 	return true;
 }
 
@@ -540,8 +803,9 @@ static int
 relay_produce(KafkaRelay *r, char **error)
 {
 	MemoryContext oldcxt;
-	Oid			types[1] = {INT8OID};
-	Datum		values[1] = {Int64GetDatum(r->flow_id)};
+	Oid			types[2];
+	Datum		values[2];
+	const char *mine = relay_rows(r, types, values);
 	rd_kafka_error_t *kerr;
 	int			n;
 	int64	   *seqs;
@@ -550,8 +814,8 @@ relay_produce(KafkaRelay *r, char **error)
 
 	MemoryContextReset(r->cxt);
 	outbox_begin();
-	outbox_execute(psprintf("SELECT seq, key, value FROM sdp.outbox WHERE flow_id = $1 ORDER BY seq LIMIT %d",
-							RELAY_ROWS_PER_TXN), 1, types, values, true);
+	outbox_execute(psprintf("SELECT seq, key, value FROM sdp.outbox WHERE %s ORDER BY seq LIMIT %d",
+							mine, RELAY_ROWS_PER_TXN), 2, types, values, true);
 	n = (int) SPI_processed;
 	oldcxt = MemoryContextSwitchTo(r->cxt);
 	seqs = palloc(sizeof(int64) * Max(n, 1));
@@ -592,6 +856,7 @@ relay_produce(KafkaRelay *r, char **error)
 									RD_KAFKA_V_KEY(keys[i], keys[i] ? strlen(keys[i]) : 0),
 									RD_KAFKA_V_VALUE(vals[i], strlen(vals[i])),
 									RD_KAFKA_V_HEADER("sdp-flow", r->flow_id_text, -1),
+									RD_KAFKA_V_HEADER("sdp-worker", r->worker_text, -1),
 									RD_KAFKA_V_HEADER("sdp-seq", seq_text, -1),
 									RD_KAFKA_V_END);
 			if (err != RD_KAFKA_RESP_ERR__QUEUE_FULL)

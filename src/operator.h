@@ -12,8 +12,10 @@
  *
  *	validate(input, options, target, opts)
  *		At sdp_create_flow: check the operator's options against the
- *		transform's columns (input) and the target; return the descriptor of
- *		the rows it emits.  Raise errors with specific SQLSTATEs.
+ *		transform's columns (input) and the target (NULL for a flow with a
+ *		Kafka sink, whose emitted rows become messages); return the
+ *		descriptor of the rows it emits.  Raise errors with specific
+ *		SQLSTATEs.
  *	init(ctx, options)
  *		At worker start: parse the (already validated) options into a private
  *		config, returned and kept in ctx->config; set ctx->key_column.
@@ -39,8 +41,8 @@
  *		sdp_flow_config_changed): re-read it; the worker then rebuilds the
  *		transform.
  *	maintain(ctx)
- *		Housekeeping at each checkpoint, in its transaction, as the owner
- *		(e.g. retention).
+ *		Housekeeping of the target at each checkpoint, in its transaction,
+ *		as the owner (e.g. retention); not called for a flow with a sink.
  *
  * Event time: an operator whose options name an "event_time" column of the
  * input schema (timestamptz) gets a watermark: per partition the highest

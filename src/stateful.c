@@ -14,6 +14,9 @@
  * Every checkpoint_interval the keys changed since the last checkpoint are
  * written to sdp.state_checkpoints in the batch's transaction, with the
  * offsets they correspond to (sdp.offsets.state_offset) and the watermark.
+ * A flow with a Kafka sink checkpoints in every batch that emitted rows:
+ * they are appended to its outbox, not upserted, so they must never be
+ * emitted again by a replay.
  * A stateful flow stores its offsets only there: it restarts from its
  * checkpoint, not from its last batch.
  *
@@ -88,10 +91,11 @@ sdp_stateful_start(FlowWorker *w)
 	w->rows_desc = w->transform.result_desc;
 	w->user_plan = w->transform.plan;
 	w->opctx = sdp_operator_create(w->op, w->args.name, w->opts.operator_options, w->store, w->rows_desc);
-	w->opctx->target_relname = w->sink.relname;
+	/* a sink flow's rows go to the outbox: no target for the operator's housekeeping */
+	w->opctx->target_relname = w->emitted_desc ? NULL : w->sink.relname;
 	if (w->op->build_transform)
 		build_operator_transform(w);
-	sdp_operator_bind(w->opctx, w->transform.result_desc, w->sink.row_desc);
+	sdp_operator_bind(w->opctx, w->transform.result_desc, w->emitted_desc ? w->emitted_desc : w->sink.row_desc);
 
 	/* event time comes from a timestamptz column of the input schema */
 	w->event_time_index = -1;
@@ -726,8 +730,8 @@ write_checkpoint(FlowWorker *w, int64 *next)
 	sdp_catalog_leave(&scope);
 	MemoryContextSwitchTo(cxt);
 
-	/* the operator's housekeeping, as the owner */
-	if (w->op->maintain)
+	/* the operator's housekeeping of its target, as the owner (a sink flow has none) */
+	if (w->op->maintain && w->opctx->target_relname)
 	{
 		w->op->maintain(w->opctx);
 		MemoryContextSwitchTo(cxt);
@@ -846,6 +850,20 @@ sdp_stateful_checkpoint_if_due(FlowWorker *w, Batch *b)
 {
 	if (b->nmsgs > 0)
 		w->offsets_moved = true;
+	/*
+	 * A sink flow's emitted rows are appended to its outbox and produced:
+	 * a replay after a restart would emit them again.  So a batch that
+	 * emitted commits them with the state and the offsets they follow from
+	 * (a checkpoint of the keys changed since the last one): a crash loses
+	 * a suffix of all three, and the replay emits what was lost, once.
+	 */
+	if (w->sink_def.name && b->rows_written > 0)
+	{
+		write_checkpoint(w, b->next);
+		w->checkpoint_deferred = false;
+		b->checkpointed = true;
+		return;
+	}
 	if (checkpoint_due(w, GetCurrentTimestamp()) && checkpoint_needed(w))
 	{
 		if (b->rows_written > 0 && !w->checkpoint_deferred)

@@ -41,6 +41,7 @@
 #include "utils/timestamp.h"
 
 #include "batch.h"
+#include "funcapi.h"
 #include "tombstone.h"
 #include "offsets.h"
 #include "skip.h"
@@ -140,8 +141,28 @@ sdp_flow_worker_main(Datum main_arg)
 	{
 		MemoryContext oldcxt = MemoryContextSwitchTo(w->flow_cxt);
 
-		w->relay = kafka_relay_create(&w->sink_def, w->args.flow_id, w->args.name);
+		ListCell   *lc;
+		List	   *orphans;
+
+		w->relay = kafka_relay_create(&w->sink_def, w->args.flow_id, w->args.name,
+									  w->outbox_tagged ? w->args.worker_no : 0, w->outbox_tagged);
 		w->relay_pending = true;	/* what an earlier worker left in the outbox */
+		/*
+		 * Rows that workers of an earlier layout with more workers left:
+		 * relayed by worker k % nworkers, under worker k's transactional.id,
+		 * before this worker writes anything (every worker of the earlier
+		 * layout has exited: the launcher starts a new layout only then).
+		 */
+		orphans = kafka_relay_orphans(w->args.flow_id, w->args.nworkers, w->args.worker_no, &w->relay_wait_seq);
+		foreach(lc, orphans)
+		{
+			w->orphan_relays = lappend(w->orphan_relays,
+									   kafka_relay_create(&w->sink_def, w->args.flow_id, w->args.name,
+														  lfirst_int(lc), true));
+			ereport(LOG,
+					(errmsg("sdp flow \"%s\" worker %d relays the outbox rows that worker %d of an earlier layout left",
+							w->args.name, w->args.worker_no, lfirst_int(lc))));
+		}
 		MemoryContextSwitchTo(oldcxt);
 		ereport(LOG,
 				(errmsg("sdp flow \"%s\" produces to topic \"%s\" of sink \"%s\" through its outbox",
@@ -267,6 +288,16 @@ worker_fail(FlowWorker *w, const char *message)
 	worker_exit_expected(w);
 }
 
+/* The attribute number of column 'name' in desc, 0 when none. */
+static int
+get_attnum_in_desc(TupleDesc desc, const char *name)
+{
+	for (int i = 0; i < desc->natts; i++)
+		if (!TupleDescAttr(desc, i)->attisdropped && strcmp(NameStr(TupleDescAttr(desc, i)->attname), name) == 0)
+			return i + 1;
+	return 0;
+}
+
 static char *
 spi_text(HeapTuple tup, TupleDesc desc, int col)
 {
@@ -379,16 +410,42 @@ load_declaration(FlowWorker *w)
 	{
 		SdpTransform own;
 
-		/* the flow's own rows name the key; the outbox rows are (flow_id, key, value) */
-		if (w->operator_name || w->args.nworkers > 1)
+		/*
+		 * The flow's own rows (or its operator's) name the key; the outbox
+		 * rows are (flow_id, worker, key, value).  Several workers need the
+		 * column worker (0.5): each relays its own rows.
+		 */
+		w->outbox_tagged = sdp_outbox_has_worker();
+		if (w->args.nworkers > 1 && !w->outbox_tagged)
 			ereport(ERROR,
 					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-					 errmsg("a flow with a sink runs without operator, in one worker")));
-		sdp_transform_prepare(&own, w->schema, w->transform_sql);
-		sdp_sink_check_key(own.result_desc, w->opts.sink_key);
-		sdp_transform_prepare_generated(&w->transform, w->schema,
-										sdp_sink_outbox_sql(w->transform_sql, w->schema, w->args.flow_id, w->opts.sink_key));
-		sdp_sink_prepare(&w->sink, w->target, SDP_MODE_APPEND, w->transform.result_desc, false);
+					 errmsg("a flow with a sink runs in one worker before version 0.5 of sdp_ext"),
+					 errhint("Run ALTER EXTENSION sdp_ext UPDATE.")));
+		if (w->operator_name)
+		{
+			w->op = sdp_find_operator(w->operator_name);
+			if (w->op == NULL)
+				ereport(ERROR,
+						(errcode(ERRCODE_UNDEFINED_OBJECT),
+						 errmsg("operator \"%s\" does not exist", w->operator_name)));
+			sdp_transform_prepare(&w->transform, w->schema, w->transform_sql);
+			w->emitted_desc = w->op->validate(w->transform.result_desc, w->opts.operator_options, NULL, &w->opts);
+			w->emitted_desc = BlessTupleDesc(w->emitted_desc);
+			sdp_sink_check_key(w->emitted_desc, w->opts.sink_key, true);
+			w->sink_key_attno = w->opts.sink_key ? get_attnum_in_desc(w->emitted_desc, w->opts.sink_key) : 0;
+			w->opts.mode = SDP_MODE_APPEND;
+			sdp_sink_prepare(&w->sink, w->target, SDP_MODE_APPEND, sdp_sink_outbox_desc(w->outbox_tagged), false);
+		}
+		else
+		{
+			sdp_transform_prepare(&own, w->schema, w->transform_sql);
+			sdp_sink_check_key(own.result_desc, w->opts.sink_key, false);
+			sdp_transform_prepare_generated(&w->transform, w->schema,
+											sdp_sink_outbox_sql(w->transform_sql, w->schema, w->args.flow_id,
+																w->outbox_tagged ? w->args.worker_no : -1,
+																w->opts.sink_key));
+			sdp_sink_prepare(&w->sink, w->target, SDP_MODE_APPEND, w->transform.result_desc, false);
+		}
 	}
 	else if (w->operator_name)
 	{
@@ -921,7 +978,21 @@ worker_relay(FlowWorker *w)
 	bool		done;
 
 	pgstat_report_activity(STATE_RUNNING, "sdp: producing to the sink");
-	done = kafka_relay_drain(w->relay, &error);
+	/* the rows of earlier workers first: a key's rows keep their order */
+	done = true;
+	while (done && w->orphan_relays != NIL)
+	{
+		KafkaRelay *orphan = linitial(w->orphan_relays);
+
+		done = kafka_relay_drain(orphan, &error);
+		if (done)
+		{
+			kafka_relay_destroy(orphan);
+			w->orphan_relays = list_delete_first(w->orphan_relays);
+		}
+	}
+	if (done)
+		done = kafka_relay_drain(w->relay, &error);
 	pgstat_report_activity(STATE_IDLE, NULL);
 	if (done)
 	{
@@ -973,6 +1044,22 @@ worker_loop(FlowWorker *w)
 			if (!worker_relay(w))
 				continue;
 			w->relay_pending = false;
+		}
+		if (w->relay_wait_seq > 0)
+		{
+			/*
+			 * At start, the rows other workers left (workers of an earlier
+			 * layout, whose partitions this one may now consume) are
+			 * produced first, by their relays: a key's messages keep their
+			 * order when its partition moves between workers.
+			 */
+			if (kafka_relay_others_pending(w->relay, w->relay_wait_seq))
+			{
+				pgstat_report_activity(STATE_IDLE, "sdp: waiting for the outbox rows of other workers");
+				sdp_worker_wait(w, 10);
+				continue;
+			}
+			w->relay_wait_seq = 0;
 		}
 
 		n = worker_poll(w);

@@ -140,8 +140,13 @@ typedef struct FlowWorker
 
 	/* a sink flow (kafka_sink.c): its rows go to sdp.outbox, and the relay produces them */
 	SdpSinkDef	sink_def;		/* name NULL: the flow writes into its target table */
-	KafkaRelay *relay;
+	KafkaRelay *relay;			/* of the rows this worker writes (its worker number's) */
+	List	   *orphan_relays;	/* KafkaRelay: of rows left by workers of an earlier, larger layout */
+	bool		outbox_tagged;	/* sdp.outbox has column worker (0.5) */
+	TupleDesc	emitted_desc;	/* a stateful sink flow: the operator's rows (blessed) */
+	int			sink_key_attno; /* ... and the sink_key column in them, 0: none */
 	bool		relay_pending;	/* the outbox may hold rows */
+	int64		relay_wait_seq; /* at start: other workers' rows up to this seq go first, 0: none */
 	int			relay_backoff_ms;	/* the relay could not write the sink: wait this long */
 
 	KafkaSource *kafka;
