@@ -383,6 +383,18 @@ relay_conf(KafkaRelay *r, const char *const (*ours)[2], int nours)
 }
 
 /*
+ * The transactional.id of the relay of worker 'worker' of a flow (palloc'd):
+ * sdp-<database>-flow-<id> for worker 0, sdp-<database>-flow-<id>-w<n> for
+ * worker n.  Also what sdp.sink_relays shows, for a cluster's ACLs.
+ */
+char *
+kafka_relay_transactional_id(int64 flow_id, int worker)
+{
+	return worker == 0 ? psprintf("sdp-%s-flow-" INT64_FORMAT, sdp_database, flow_id)
+		: psprintf("sdp-%s-flow-" INT64_FORMAT "-w%d", sdp_database, flow_id, worker);
+}
+
+/*
  * The relay of the outbox rows that worker 'worker' of the flow wrote.
  * Its transactional.id is stable per flow and worker number, so that the
  * next relay of the same rows fences this one: sdp-<database>-flow-<id>
@@ -402,8 +414,7 @@ kafka_relay_create(const SdpSinkDef *sink, int64 flow_id, const char *flow_name,
 	r->tagged = tagged;
 	snprintf(r->flow_id_text, sizeof(r->flow_id_text), INT64_FORMAT, flow_id);
 	snprintf(r->worker_text, sizeof(r->worker_text), "%d", worker);
-	r->txn_id = worker == 0 ? psprintf("sdp-%s-flow-" INT64_FORMAT, sdp_database, flow_id)
-		: psprintf("sdp-%s-flow-" INT64_FORMAT "-w%d", sdp_database, flow_id, worker);
+	r->txn_id = kafka_relay_transactional_id(flow_id, worker);
 	r->def = *sink;
 	r->cxt = AllocSetContextCreate(CurrentMemoryContext, "sdp relay rows", ALLOCSET_DEFAULT_SIZES);
 	return r;

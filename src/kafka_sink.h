@@ -23,6 +23,7 @@ extern TupleDesc sdp_sink_outbox_desc(bool tagged);
 extern HeapTuple sdp_sink_outbox_row(TupleDesc outbox, int64 flow_id, int worker, TupleDesc emitted,
 									 HeapTuple row, int key_attno);
 
+extern char *kafka_relay_transactional_id(int64 flow_id, int worker);
 extern KafkaRelay *kafka_relay_create(const SdpSinkDef *sink, int64 flow_id, const char *flow_name,
 									  int worker, bool tagged);
 extern void kafka_relay_destroy(KafkaRelay *r);

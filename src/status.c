@@ -26,6 +26,7 @@
 #include "utils/timestamp.h"
 
 #include "flow.h"
+#include "kafka_sink.h"
 #include "operator.h"
 #include "state_store.h"
 
@@ -34,6 +35,7 @@ PG_FUNCTION_INFO_V1(sdp_flow_worker_runtime);
 PG_FUNCTION_INFO_V1(sdp_flow_partitions);
 PG_FUNCTION_INFO_V1(sdp_flow_progress);
 PG_FUNCTION_INFO_V1(sdp_flow_state);
+PG_FUNCTION_INFO_V1(sdp_sink_relays);
 
 #define RUNTIME_COLS 22
 
@@ -890,5 +892,60 @@ sdp_flow_state(PG_FUNCTION_ARGS)
 			put_state_row(rsinfo, e->key, "timers", buf.data);
 		}
 	}
+	return (Datum) 0;
+}
+
+/*
+ * sdp_sink_relays(): one row per relay of a sink flow, a worker number of
+ * the flow (each of its workers, and an earlier worker whose rows are still
+ * in the outbox after a change of workers): its transactional.id (what a
+ * secured cluster's ACLs must allow) and the outbox rows it has not
+ * produced yet, with the lowest and highest of their seq.  The outbox is
+ * the extension's (superusers only); the counts are read as the extension.
+ * Backs the view sdp.sink_relays.
+ */
+Datum
+sdp_sink_relays(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	SdpCatalogScope scope;
+	MemoryContext outer = CurrentMemoryContext;
+
+	InitMaterializedSRF(fcinfo, 0);
+	SPI_connect();
+	sdp_catalog_enter(&scope);
+	if (SPI_execute("WITH f AS ("
+					"  SELECT f.id, f.name, f.sink, s.topic, greatest(coalesce((f.options->>'workers')::int, 1), 1) AS workers"
+					"    FROM sdp.flows f JOIN sdp.sinks s ON s.name = f.sink),"
+					" o AS (SELECT flow_id, worker, count(*) AS pending, min(seq) AS first_seq, max(seq) AS last_seq"
+					"         FROM sdp.outbox GROUP BY flow_id, worker),"
+					" w AS (SELECT f.id, g AS worker FROM f, generate_series(0, f.workers - 1) g"
+					"       UNION SELECT flow_id, worker FROM o)"
+					" SELECT f.name, w.worker, f.sink, f.topic, f.id, coalesce(o.pending, 0), o.first_seq, o.last_seq"
+					"   FROM w JOIN f ON f.id = w.id"
+					"   LEFT JOIN o ON o.flow_id = w.id AND o.worker = w.worker"
+					"  ORDER BY f.name, w.worker", true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not read the sink flows");
+	sdp_catalog_leave(&scope);
+
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		HeapTuple	tup = SPI_tuptable->vals[i];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		Datum		values[8];
+		bool		nulls[8];
+		bool		isnull;
+		MemoryContext oldcxt;
+
+		for (int c = 0; c < 8; c++)
+			values[c] = SPI_getbinval(tup, desc, c + 1, &nulls[c]);
+		/* column 5: the transactional.id, from the flow's id and the worker */
+		oldcxt = MemoryContextSwitchTo(outer);
+		values[4] = CStringGetTextDatum(kafka_relay_transactional_id(DatumGetInt64(SPI_getbinval(tup, desc, 5, &isnull)),
+																	 DatumGetInt32(values[1])));
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+		MemoryContextSwitchTo(oldcxt);
+	}
+	SPI_finish();
 	return (Datum) 0;
 }

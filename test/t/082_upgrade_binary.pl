@@ -24,6 +24,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use SdpKafka;
 use SdpTest;
+use JSON::PP ();
 use Test::More;
 
 my $bindir = `pg_config --bindir`;
@@ -58,7 +59,7 @@ ok(run_log([ 'make', '-s', '-j2', '-C', $prev, 'CI=', "PG_CONFIG=$pg_config", 'i
 	"previous version $old_version built and installed into the copy");
 is(compare("$pkglib/sdp_ext.so", "$prev/sdp_ext.so"), 0, 'the copy has the previous library');
 
-my $broker = SdpKafka::start_broker(topics => { 'raw-flights' => 4, 'zflights' => 2 });
+my $broker = SdpKafka::start_broker(topics => { 'raw-flights' => 4, 'zflights' => 2, 'sink-out' => 4 });
 my $node = SdpTest::new_node('upgrade_binary', install_path => $copy);
 
 sub extversion { SdpTest::query($node, "SELECT extversion FROM pg_extension WHERE extname = 'sdp_ext'") }
@@ -70,7 +71,11 @@ my %added = (
 	'0.2' => { symbol => 'sdp_skip_message', args => '(text, int, bigint)' },
 	'0.3' => { symbol => 'sdp_set_flow_workers', args => '(text, int)' },
 	'0.4' => { symbol => 'sdp_partition_for_key', args => '(text, int, text)' },
+	'0.5' => { symbol => 'sdp_sink_relays', args => '()' },
 );
+# From 0.4 on a third flow writes to a Kafka sink across the upgrade.
+my $with_sink = $old_version ge '0.4';
+my @flows = ('events_flow', ($with_sink ? ('sink_flow') : ()), 'zone_flow');
 die "test 082 does not know what version $new_version added" unless $added{$new_version};
 sub owner_type
 {
@@ -89,7 +94,7 @@ sub has_new_symbol
 sub both_running
 {
 	return $node->poll_query_until('postgres',
-		"SELECT count(*) = 2 FROM sdp.flow_status WHERE state = 'running' AND partitions IS NOT NULL");
+		"SELECT count(*) = " . scalar(@flows) . " FROM sdp.flow_status WHERE state = 'running' AND partitions IS NOT NULL");
 }
 
 is(extversion(), $old_version, "the old binary creates the extension at $old_version");
@@ -115,7 +120,15 @@ SELECT sdp_create_flow('zone_flow', source => 'zflights', target => 'zone_alerts
                  "capacity_column": "capacity", "count_column": "aircraft_count",
                  "alert_column": "crowded", "time_column": "updated_at", "checkpoint_interval": "1 second"}');
 SQL
-ok(both_running(), 'old binary: both flows running');
+if ($with_sink)
+{
+	SdpTest::query($node, "SELECT sdp_create_sink('out', '" . $broker->bootstrap . "', 'sink-out')");
+	SdpTest::query($node, <<'SQL');
+SELECT sdp_create_flow('sink_flow', source => 'flights', sink => 'out', schema => 'seq bigint, icao24 text',
+  options => '{"sink_key": "icao24"}');
+SQL
+}
+ok(both_running(), 'old binary: all flows running');
 
 sub position { my ($icao, $lat, $lon) = @_; return [ $icao, qq({"icao24": "$icao", "lat": $lat, "lon": $lon}), undef ] }
 sub zone_in
@@ -153,7 +166,7 @@ SdpTest::query($node, 'ALTER EXTENSION sdp_ext UPDATE');
 is(extversion(), $new_version, "ALTER EXTENSION sdp_ext UPDATE: $new_version");
 is(owner_type(), 'regrole', 'owners are regroles');
 is(SdpTest::query($node, "SELECT string_agg(name || '=' || offsets_stored, ',' ORDER BY name) FROM sdp.flows"),
-	'events_flow=true,zone_flow=true', 'the offsets of flows that have stored some are marked');
+	join(',', map { "$_=true" } @flows), 'the offsets of flows that have stored some are marked');
 if ($new_version ge '0.3')
 {
 	# 0.3: several workers; the stateless flow goes to 2, mid-stream, on the updated catalogs
@@ -173,6 +186,23 @@ if ($new_version eq '0.4')
 	SdpTest::query($node, "SELECT sdp_create_sink('zsink', '" . $broker->bootstrap . "', 'zflights-out')");
 	is(SdpTest::query($node, "SELECT name || ':' || topic FROM sdp.sink_list"), 'zsink:zflights-out',
 		'0.4: sdp_create_sink');
+}
+if ($new_version ge '0.5')
+{
+	# 0.5: a sink flow's outbox rows say which worker wrote them (0.4's: worker 0); the sink flow goes to
+	# 2 workers, each relaying its own rows; sdp.sink_relays shows them
+	is(SdpTest::query($node, "SELECT count(*) FILTER (WHERE worker <> 0) FROM sdp.outbox"), '0',
+		'0.5: the outbox rows written before the update are worker 0\'s');
+	SdpTest::query($node, "SELECT sdp_set_flow_workers('sink_flow', 2)") if $with_sink;
+	ok($node->poll_query_until('postgres',
+			"SELECT count(*) = 2 FROM sdp.flow_workers WHERE flow = 'sink_flow' AND state = 'running'"),
+		'0.5: sink_flow runs in 2 workers') if $with_sink;
+	my $db = SdpTest::query($node, "SHOW sdp.database");
+	my $id = SdpTest::query($node, "SELECT id FROM sdp.flows WHERE name = 'sink_flow'");
+	is(SdpTest::query($node, "SELECT string_agg(flow || ':' || worker || ':' || transactional_id, ',' ORDER BY worker)"
+			. " FROM sdp.sink_relays"),
+		$with_sink ? "sink_flow:0:sdp-$db-flow-$id,sink_flow:1:sdp-$db-flow-$id-w1" : '',
+		'0.5: sdp.sink_relays: one relay per worker, with its transactional.id');
 }
 my $producer2 = SdpKafka::start_flightsim(
 	bootstrap => $broker->bootstrap, topic => 'raw-flights',
@@ -206,10 +236,24 @@ is(SdpTest::query($node, "SELECT aircraft_count FROM zone_alerts WHERE zone = 'Z
 
 is(SdpTest::query($node,
 		"SELECT string_agg(flow || ':' || state || ':' || owner::text, ',' ORDER BY flow) FROM sdp.flow_status"),
-	'events_flow:running:postgres,zone_flow:running:postgres', 'both flows running, owned by postgres');
+	join(',', map { "$_:running:postgres" } @flows), 'all flows running, owned by postgres');
 is(SdpTest::query($node,
 		"SELECT bool_and(offsets_stored AND EXISTS (SELECT 1 FROM sdp.offsets o WHERE o.flow_id = f.id)) FROM sdp.flows f"),
 	't', 'offsets_stored set, with offsets');
 is(extversion(), $new_version, "extension at $new_version");
+
+if ($with_sink)
+{
+	# the sink flow: every input once in the sink topic, for a read_committed consumer
+	ok(SdpTest::wait_consumed($node, 'sink_flow', 80000), 'sink_flow consumed everything');
+	ok($node->poll_query_until('postgres', 'SELECT count(*) = 0 FROM sdp.outbox'), 'the outbox is empty');
+	my $json = JSON::PP->new;
+	my %seq;
+	$seq{ eval { $json->decode($_->{payload})->{seq} } // 'bad' }++
+	  for SdpKafka::kcat_consume(bootstrap => $broker->bootstrap, topic => 'sink-out',
+		properties => { 'isolation.level' => 'read_committed' });
+	is(join(',', scalar(keys %seq), scalar(grep { $_ != 1 } values %seq), scalar(grep { /^\d+$/ && $_ < 80000 } keys %seq)),
+		'80000,0,80000', 'sink_flow: every input once in the sink topic across the swap, the update and the restarts');
+}
 
 done_testing();
