@@ -249,6 +249,7 @@ typedef struct StageRun
 	int32	   *parts;			/* stateful: the Kafka partition of each of rows */
 	int			nrows;
 	char	   *fail_message;
+	bool		at_once;		/* the whole batch, not isolating: a stateless flow's rows may go straight to the write */
 	int			nunits_ok;		/* units that went through */
 	List	   *suspects;		/* Suspect *: units that failed alone with an error not about data */
 } StageRun;
@@ -284,9 +285,18 @@ transform_and_write(void *arg, int lo, int hi)
 			ntomb += r->b->row_tomb[i];
 	}
 	r->stage = "transform";
-	nout = sdp_transform_run(&r->w->transform, rows, nrows, &out);
-	r->stage = "write";
-	written = sdp_sink_write(&r->w->sink, out, nout);
+	/*
+	 * At once, in append mode, the transform's rows go straight into the
+	 * target's row layout as they come; a failure is told apart by stage
+	 * when the batch runs again, isolating, the other way.
+	 */
+	if (!r->at_once ||
+		!sdp_sink_write_transformed(&r->w->sink, &r->w->transform, rows, nrows, &nout, &written))
+	{
+		nout = sdp_transform_run(&r->w->transform, rows, nrows, &out);
+		r->stage = "write";
+		written = sdp_sink_write(&r->w->sink, out, nout);
+	}
 	r->b->rows_out += nout;
 	r->b->rows_written += written + deleted;
 	r->b->rows_tomb += ntomb;
@@ -574,6 +584,7 @@ stage_stateless(FlowWorker *w, Batch *b, bool isolate, char **fail_message)
 
 	if (!isolate)
 	{
+		r.at_once = true;
 		transform_and_write(&r, 0, b->nrows);
 		return true;
 	}

@@ -431,3 +431,29 @@ sdp_transform_run(SdpTransform *t, HeapTuple *rows, int n, HeapTuple **out)
 	*out = SPI_tuptable->vals;
 	return (int) SPI_processed;
 }
+
+/*
+ * Run the transform over rows, its result rows handed to dest one by one
+ * instead of collected by SPI; returns their count.  Needs a transform.
+ * dest's tag must be neither DestNone nor DestSPI (SPI would discard the
+ * rows, or look for its own tuple table).
+ */
+int
+sdp_transform_run_into(SdpTransform *t, HeapTuple *rows, int n, DestReceiver *dest)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	SPIExecuteOptions options;
+	int			rc;
+
+	Assert(t->plan != NULL && dest->mydest != DestNone && dest->mydest != DestSPI);
+	memset(&options, 0, sizeof(options));
+	options.read_only = true;
+	options.dest = dest;
+	sdp_register_rows(SDP_INPUT_RELATION, t->input_desc, rows, n);
+	rc = SPI_execute_plan_extended(t->plan, &options);
+	MemoryContextSwitchTo(cxt);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "transform returned %s", SPI_result_code_string(rc));
+	sdp_unregister_rows(SDP_INPUT_RELATION);
+	return (int) SPI_processed;
+}
