@@ -136,20 +136,26 @@ decode_one(DecodeRun *d, int i)
 							ERRCODE_DATETIME_VALUE_OUT_OF_RANGE);
 		return;
 	}
+	/* the Kafka columns, but those the transform does not read (left null: w->unread_meta) */
 	values[ncols + SDP_META_TOPIC] = d->topic;
-	nulls[ncols + SDP_META_TOPIC] = false;
+	nulls[ncols + SDP_META_TOPIC] = (w->unread_meta & (1 << SDP_META_TOPIC)) != 0;
 	values[ncols + SDP_META_PARTITION] = Int32GetDatum(m->partition);
-	nulls[ncols + SDP_META_PARTITION] = false;
+	nulls[ncols + SDP_META_PARTITION] = (w->unread_meta & (1 << SDP_META_PARTITION)) != 0;
 	values[ncols + SDP_META_OFFSET] = Int64GetDatum(m->offset);
-	nulls[ncols + SDP_META_OFFSET] = false;
-	nulls[ncols + SDP_META_KEY] = !sdp_bytes_are_text(m->key, m->key_len);
+	nulls[ncols + SDP_META_OFFSET] = (w->unread_meta & (1 << SDP_META_OFFSET)) != 0;
+	nulls[ncols + SDP_META_KEY] = (w->unread_meta & (1 << SDP_META_KEY)) != 0 ||
+		!sdp_bytes_are_text(m->key, m->key_len);
 	if (!nulls[ncols + SDP_META_KEY])
 		values[ncols + SDP_META_KEY] = PointerGetDatum(cstring_to_text_with_len(m->key, (int) m->key_len));
-	ts = rd_kafka_message_timestamp(m, &tstype);
-	nulls[ncols + SDP_META_TIMESTAMP] = (tstype == RD_KAFKA_TIMESTAMP_NOT_AVAILABLE || ts < 0);
-	if (!nulls[ncols + SDP_META_TIMESTAMP])
-		values[ncols + SDP_META_TIMESTAMP] =
-			TimestampTzGetDatum(ts * 1000 - (int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * USECS_PER_DAY);
+	nulls[ncols + SDP_META_TIMESTAMP] = true;
+	if (!(w->unread_meta & (1 << SDP_META_TIMESTAMP)))
+	{
+		ts = rd_kafka_message_timestamp(m, &tstype);
+		nulls[ncols + SDP_META_TIMESTAMP] = (tstype == RD_KAFKA_TIMESTAMP_NOT_AVAILABLE || ts < 0);
+		if (!nulls[ncols + SDP_META_TIMESTAMP])
+			values[ncols + SDP_META_TIMESTAMP] =
+				TimestampTzGetDatum(ts * 1000 - (int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * USECS_PER_DAY);
+	}
 
 	if (w->schema->nmeta > SDP_META_HEADERS)
 	{

@@ -364,14 +364,25 @@ reads_column_walker(Node *node, ReadsColumn *cx)
 			 (v->varattno == cx->attno || v->varattno == 0)) ||
 			(rte->rtekind == RTE_JOIN && v->varattno == 0))
 			cx->found = true;
+		else if (rte->rtekind == RTE_JOIN && v->varattno > 0 &&
+				 v->varattno <= list_length(rte->joinaliasvars))
+		{
+			/* a column of a join (USING merges them): what it stands for, in the join's query */
+			List	   *saved = cx->queries;
+
+			cx->queries = list_copy_tail(saved, v->varlevelsup);
+			(void) reads_column_walker(list_nth(rte->joinaliasvars, v->varattno - 1), cx);
+			cx->queries = saved;
+		}
 		return false;
 	}
 	if (IsA(node, Query))
 	{
 		bool		r;
 
+		/* a join's columns count where they are used, not all of them where the join is */
 		cx->queries = lcons(node, cx->queries);
-		r = query_tree_walker((Query *) node, reads_column_walker, (void *) cx, 0);
+		r = query_tree_walker((Query *) node, reads_column_walker, (void *) cx, QTW_IGNORE_JOINALIASES);
 		cx->queries = list_delete_first(cx->queries);
 		return r;
 	}

@@ -423,6 +423,17 @@ load_declaration(FlowWorker *w)
 		w->want_headers = w->transform_sql != NULL
 			? sdp_transform_reads_column(&w->transform, w->schema->ncolumns + SDP_META_HEADERS + 1)
 			: (w->op != NULL || get_attnum(w->target, "kafka_headers") > 0);
+	/*
+	 * The other Kafka columns a stateless flow's transform does not read
+	 * are left null (an operator's flow reads their partitions and offsets
+	 * from the rows; a flow without transform writes them if the target
+	 * has them).
+	 */
+	w->unread_meta = 0;
+	if (w->op == NULL && w->transform.plan != NULL)
+		for (int m = 0; m < Min(w->schema->nmeta, SDP_META_HEADERS); m++)
+			if (!sdp_transform_reads_column(&w->transform, w->schema->ncolumns + m + 1))
+				w->unread_meta |= 1 << m;
 	w->sink.flow_name = w->args.name;
 	if (w->transform.plan)
 		SPI_keepplan(w->transform.plan);
