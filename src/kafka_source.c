@@ -630,6 +630,13 @@ kafka_source_poll(KafkaSource *ks, rd_kafka_message_t **msgs, int max, size_t *b
 	return n;
 }
 
+/* Messages (and events) librdkafka holds for the next poll, without taking them. */
+int64
+kafka_source_queued(KafkaSource *ks)
+{
+	return (int64) rd_kafka_queue_length(ks->queue);
+}
+
 /* The partition's end offset as last seen in a fetch response (no network), or -1. */
 int64
 kafka_source_cached_high_watermark(KafkaSource *ks, int32 partition)
