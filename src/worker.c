@@ -874,8 +874,10 @@ worker_backlog(FlowWorker *w)
  * batch has, it lingers even with max_batch_wait 0: it sleeps in steps of
  * SDP_BEHIND_STEP_MS, on its latch alone, while the fetcher fills the
  * local queue, until the queue holds what the batch can still take (or
- * all the broker has), a step brings nothing (the fetcher is at rest, or
- * slow), or SDP_BEHIND_WAIT_MS have passed; then it takes what arrived.
+ * all the broker has), a step brings nothing while the queue is near the
+ * limits where the fetcher rests, or SDP_BEHIND_WAIT_MS have passed; then
+ * it takes what arrived.  A slow fetcher is waited for: the batch would
+ * otherwise hold a fetch response or two.
  * Sleeping on Kafka's pipe too would wake it (and make librdkafka's
  * thread write to the pipe) at each fetch response, a few messages each.
  * The messages lingered for have waited on the broker already, and the
@@ -915,7 +917,7 @@ worker_poll(FlowWorker *w)
 				ResetLatch(MyLatch);
 			CHECK_FOR_INTERRUPTS();
 			queued = kafka_source_queued(w->kafka);
-			if (queued <= before)
+			if (queued <= before && kafka_source_queue_near_full(w->kafka, queued, (double) bytes / n))
 				break;
 		}
 		return n + kafka_source_poll(w->kafka, w->poll_buf + n, max_rows - n, &bytes, max_bytes);
