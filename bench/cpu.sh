@@ -32,6 +32,12 @@
 #        CPU_CASES="append upsert" runs only those cases (default: all);
 #        CPU_PERF=DIR records each run's workers with perf (perf record -g,
 #        from the first message read to the last) into DIR/<case>.<run>.data.
+#        CPU_AB="A.so B.so": two builds of sdp_ext.so (same SQL surface) side
+#        by side: each run of a case is made with A, then with B (the server
+#        restarted with each), and the medians are printed per build.
+#        CPU_SOURCE_OPTIONS='{"fetch.wait.max.ms": "5"}' adds librdkafka
+#        properties to the sources, CPU_FLOW_OPTIONS='{"max_batch_rows": 2000}'
+#        options to the flows (jsonb).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/common.sh
@@ -41,6 +47,15 @@ port=${BENCH_PORT:-5493}
 sdp_install_packages bc
 sdp_build_install
 ticks=$(getconf CLK_TCK)
+builds=(cur); sos=()
+if [ -n "${CPU_AB:-}" ]; then
+  read -r -a sos <<<"$CPU_AB"
+  [ ${#sos[@]} -eq 2 ] || { echo "CPU_AB needs two .so files" >&2; exit 2; }
+  sos=("$(readlink -f "${sos[0]}")" "$(readlink -f "${sos[1]}")")
+  builds=(A B)
+  pkglib=$("$SDP_PG_BIN/pg_config" --pkglibdir)
+  cp "$pkglib/sdp_ext.so" /tmp/sdp_ext.cpu_installed.so
+fi
 
 dir=$(mktemp -d /tmp/sdp_cpu.XXXXXX)
 sdp_as_root chown postgres:postgres "$dir"
@@ -50,6 +65,7 @@ cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
   wait 2>/dev/null
   [ -f "$dir/pg/postmaster.pid" ] && sdp_as_postgres pg_ctl -D "$dir/pg" -m fast stop >/dev/null 2>&1
+  [ -n "${CPU_AB:-}" ] && sdp_as_root cp /tmp/sdp_ext.cpu_installed.so "$pkglib/sdp_ext.so"
   sdp_as_root rm -rf "$dir"
 }
 trap cleanup EXIT
@@ -66,7 +82,17 @@ max_wal_size = '8GB'
 checkpoint_timeout = '30min'
 max_worker_processes = 16
 CONF
+[ -n "${CPU_AB:-}" ] && sdp_as_root cp "${sos[0]}" "$pkglib/sdp_ext.so"
 sdp_as_postgres pg_ctl -D "$dir/pg" -l "$dir/postgres.log" -w start >/dev/null
+# use_build A|B|cur: the server runs that build of sdp_ext (restarted when it changes)
+current=${builds[0]}
+use_build() {
+  [ "$1" = "$current" ] && return 0
+  sdp_as_postgres pg_ctl -D "$dir/pg" -m fast -w stop >/dev/null
+  if [ "$1" = A ]; then sdp_as_root cp "${sos[0]}" "$pkglib/sdp_ext.so"; else sdp_as_root cp "${sos[1]}" "$pkglib/sdp_ext.so"; fi
+  sdp_as_postgres pg_ctl -D "$dir/pg" -l "$dir/postgres.log" -w start >/dev/null
+  current=$1
+}
 sql() { sdp_as_postgres psql -X -q -At -h "$dir" -p "$port" -U postgres -d postgres "$@"; }
 median() { tr ' ' '\n' | grep -v '^$' | sort -n | awk '{v[NR]=$1} END {print (NR % 2) ? v[(NR+1)/2] : (v[NR/2] + v[NR/2+1]) / 2}'; }
 
@@ -81,8 +107,8 @@ sql -c 'CREATE EXTENSION sdp_ext'
 sed -n '/^CREATE TABLE zones/,/^SELECT sdp_create_source/p' examples/flights.sql | sed '$d' | sql >/dev/null
 transform=$(sed -n '/^  transform => \$\$$/,/\$\$,$/p' examples/flights.sql | sed '1s/^  transform => \$\$//; $s/\$\$,$//')
 sql >/dev/null <<SQL
-SELECT sdp_create_source('pos', '$boot', 'pos', '{"starting_offsets": "earliest"}');
-SELECT sdp_create_source('pay', '$boot', 'pay', '{"starting_offsets": "earliest"}');
+SELECT sdp_create_source('pos', '$boot', 'pos', '{"starting_offsets": "earliest"}'::jsonb || '${CPU_SOURCE_OPTIONS:-{\}}');
+SELECT sdp_create_source('pay', '$boot', 'pay', '{"starting_offsets": "earliest"}'::jsonb || '${CPU_SOURCE_OPTIONS:-{\}}');
 SQL
 pos_schema='icao24 text, callsign text, lat float8, lon float8, baro_alt float8, vert_rate float8, squawk text, velocity float8, heading float8, poller_ts timestamptz'
 
@@ -136,15 +162,20 @@ run_case() {  # label create-sql target copy-table: the flow named label drains 
   local label=$1 create=$2 target=$3 copytable=$4 res secs t nb
   [ -n "${CPU_CASES:-}" ] && ! [[ " $CPU_CASES " == *" $label "* ]] && return 0
   for i in $(seq "$runs"); do
-    sql -c "DROP TABLE IF EXISTS $target" >/dev/null 2>&1
-    sql >/dev/null <<<"$create"
-    res=$(drain "$label"); read -r secs t nb <<<"$res"
-    batch[$label]="${batch[$label]:-} $(echo "$n / $nb" | bc -l)"
-    cpu[$label]="${cpu[$label]:-} $(echo "$t * 1000000 / $ticks / $n" | bc -l)"
-    rate[$label]="${rate[$label]:-} $(echo "$n / $secs" | bc -l)"
-    sql -c "SELECT sdp_drop_flow('$label')" >/dev/null
-    sleep 1
-    copy[$label]="${copy[$label]:-} $(copy_cpu "$copytable")"
+    for bld in "${builds[@]}"; do
+      use_build "$bld"
+      sql -c "DROP TABLE IF EXISTS $target" >/dev/null 2>&1
+      sql >/dev/null <<<"$create"
+      res=$(drain "$label"); read -r secs t nb <<<"$res"
+      batch[$label.$bld]="${batch[$label.$bld]:-} $(echo "$n / $nb" | bc -l)"
+      cpu[$label.$bld]="${cpu[$label.$bld]:-} $(echo "$t * 1000000 / $ticks / $n" | bc -l)"
+      rate[$label.$bld]="${rate[$label.$bld]:-} $(echo "$n / $secs" | bc -l)"
+      [ -n "${CPU_AB:-}" ] && printf '  %s run %d %s: %.2f ms/1k, %.0f events/batch\n' "$label" "$i" "$bld" \
+        "$(echo "$t * 1000000 / $ticks / $n" | bc -l)" "$(echo "$n / $nb" | bc -l)" >&2
+      sql -c "SELECT sdp_drop_flow('$label')" >/dev/null
+      sleep 1
+      copy[$label]="${copy[$label]:-} $(copy_cpu "$copytable")"
+    done
   done
 }
 
@@ -152,14 +183,15 @@ enrich() {  # flow table like mode workers
   cat <<SQL
 CREATE TABLE $2 (LIKE positions $3);
 SELECT sdp_create_flow('$1', source => 'pos', target => '$2', schema => '$pos_schema',
-  transform => \$t\$ ${transform//positions/$2} \$t\$, options => '{"mode": "$4", "workers": $5}');
+  transform => \$t\$ ${transform//positions/$2} \$t\$, options => '{"mode": "$4", "workers": $5}'::jsonb || '${CPU_FLOW_OPTIONS:-{\}}');
 SQL
 }
 run_case append "$(enrich append pos_append 'INCLUDING DEFAULTS' append 1)" pos_append pos_append
 run_case upsert "$(enrich upsert pos_upsert 'INCLUDING ALL' upsert 1)" pos_upsert pos_upsert
 # the decode and the write alone: no transform, the input's columns into a table of them
 run_case plain "CREATE TABLE pos_plain ($pos_schema);
-SELECT sdp_create_flow('plain', source => 'pos', target => 'pos_plain', schema => '$pos_schema');" pos_plain pos_plain
+SELECT sdp_create_flow('plain', source => 'pos', target => 'pos_plain', schema => '$pos_schema',
+  options => '${CPU_FLOW_OPTIONS:-{\}}');" pos_plain pos_plain
 run_case workers2 "$(enrich workers2 pos_w2 'INCLUDING DEFAULTS' append 2)" pos_w2 pos_w2
 run_case workers4 "$(enrich workers4 pos_w4 'INCLUDING DEFAULTS' append 4)" pos_w4 pos_w4
 
@@ -189,12 +221,17 @@ echo "CPU time (user + system) per 1,000 events of the flow's workers, beside CO
 echo "($n events, 8 partitions, medians of $runs runs; drain rate from the first message read to the last)"
 printf '  %-34s %12s %12s %8s %12s %12s\n' case "flow ms/1k" "COPY ms/1k" ratio "events/s" "events/batch"
 for c in append upsert plain window_agg workers2 workers4; do
-  [ -n "${cpu[$c]:-}" ] || continue
-  f=$(echo "${cpu[$c]}" | median); k=$(echo "${copy[$c]}" | median); r=$(echo "${rate[$c]}" | median); eb=$(echo "${batch[$c]}" | median)
+  for bld in "${builds[@]}"; do
+  [ -n "${cpu[$c.$bld]:-}" ] || continue
+  f=$(echo "${cpu[$c.$bld]}" | median); k=$(echo "${copy[$c]}" | median); r=$(echo "${rate[$c.$bld]}" | median); eb=$(echo "${batch[$c.$bld]}" | median)
   case $c in
     append) l="append, unindexed, 1 worker";; upsert) l="upsert, primary key, 1 worker";;
     plain) l="append, no transform, 1 worker";;
     window_agg) l="window_agg, 5 aggregations";; workers2) l="append, unindexed, 2 workers";; workers4) l="append, unindexed, 4 workers";;
   esac
+  [ -n "${CPU_AB:-}" ] && l="$bld: $l"
   printf '  %-34s %12.1f %12.1f %8.2f %12.0f %12.0f\n' "$l" "$f" "$k" "$(echo "$f / $k" | bc -l)" "$r" "$eb"
+  done
 done
+[ -n "${CPU_AB:-}" ] && printf 'A %s\nB %s\n' "${sos[0]}" "${sos[1]}"
+true

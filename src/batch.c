@@ -136,20 +136,26 @@ decode_one(DecodeRun *d, int i)
 							ERRCODE_DATETIME_VALUE_OUT_OF_RANGE);
 		return;
 	}
+	/* the Kafka columns, but those the transform does not read (left null: w->unread_meta) */
 	values[ncols + SDP_META_TOPIC] = d->topic;
-	nulls[ncols + SDP_META_TOPIC] = false;
+	nulls[ncols + SDP_META_TOPIC] = (w->unread_meta & (1 << SDP_META_TOPIC)) != 0;
 	values[ncols + SDP_META_PARTITION] = Int32GetDatum(m->partition);
-	nulls[ncols + SDP_META_PARTITION] = false;
+	nulls[ncols + SDP_META_PARTITION] = (w->unread_meta & (1 << SDP_META_PARTITION)) != 0;
 	values[ncols + SDP_META_OFFSET] = Int64GetDatum(m->offset);
-	nulls[ncols + SDP_META_OFFSET] = false;
-	nulls[ncols + SDP_META_KEY] = !sdp_bytes_are_text(m->key, m->key_len);
+	nulls[ncols + SDP_META_OFFSET] = (w->unread_meta & (1 << SDP_META_OFFSET)) != 0;
+	nulls[ncols + SDP_META_KEY] = (w->unread_meta & (1 << SDP_META_KEY)) != 0 ||
+		!sdp_bytes_are_text(m->key, m->key_len);
 	if (!nulls[ncols + SDP_META_KEY])
 		values[ncols + SDP_META_KEY] = PointerGetDatum(cstring_to_text_with_len(m->key, (int) m->key_len));
-	ts = rd_kafka_message_timestamp(m, &tstype);
-	nulls[ncols + SDP_META_TIMESTAMP] = (tstype == RD_KAFKA_TIMESTAMP_NOT_AVAILABLE || ts < 0);
-	if (!nulls[ncols + SDP_META_TIMESTAMP])
-		values[ncols + SDP_META_TIMESTAMP] =
-			TimestampTzGetDatum(ts * 1000 - (int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * USECS_PER_DAY);
+	nulls[ncols + SDP_META_TIMESTAMP] = true;
+	if (!(w->unread_meta & (1 << SDP_META_TIMESTAMP)))
+	{
+		ts = rd_kafka_message_timestamp(m, &tstype);
+		nulls[ncols + SDP_META_TIMESTAMP] = (tstype == RD_KAFKA_TIMESTAMP_NOT_AVAILABLE || ts < 0);
+		if (!nulls[ncols + SDP_META_TIMESTAMP])
+			values[ncols + SDP_META_TIMESTAMP] =
+				TimestampTzGetDatum(ts * 1000 - (int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * USECS_PER_DAY);
+	}
 
 	if (w->schema->nmeta > SDP_META_HEADERS)
 	{
@@ -249,6 +255,7 @@ typedef struct StageRun
 	int32	   *parts;			/* stateful: the Kafka partition of each of rows */
 	int			nrows;
 	char	   *fail_message;
+	bool		at_once;		/* the whole batch, not isolating: a stateless flow's rows may go straight to the write */
 	int			nunits_ok;		/* units that went through */
 	List	   *suspects;		/* Suspect *: units that failed alone with an error not about data */
 } StageRun;
@@ -284,9 +291,18 @@ transform_and_write(void *arg, int lo, int hi)
 			ntomb += r->b->row_tomb[i];
 	}
 	r->stage = "transform";
-	nout = sdp_transform_run(&r->w->transform, rows, nrows, &out);
-	r->stage = "write";
-	written = sdp_sink_write(&r->w->sink, out, nout);
+	/*
+	 * At once, in append mode, the transform's rows go straight into the
+	 * target's row layout as they come; a failure is told apart by stage
+	 * when the batch runs again, isolating, the other way.
+	 */
+	if (!r->at_once ||
+		!sdp_sink_write_transformed(&r->w->sink, &r->w->transform, rows, nrows, &nout, &written))
+	{
+		nout = sdp_transform_run(&r->w->transform, rows, nrows, &out);
+		r->stage = "write";
+		written = sdp_sink_write(&r->w->sink, out, nout);
+	}
 	r->b->rows_out += nout;
 	r->b->rows_written += written + deleted;
 	r->b->rows_tomb += ntomb;
@@ -585,6 +601,7 @@ stage_stateless(FlowWorker *w, Batch *b, bool isolate, char **fail_message)
 
 	if (!isolate)
 	{
+		r.at_once = true;
 		transform_and_write(&r, 0, b->nrows);
 		return true;
 	}

@@ -624,10 +624,28 @@ kafka_source_poll(KafkaSource *ks, rd_kafka_message_t **msgs, int max, size_t *b
 	 * or by bytes at the size of the messages just taken): it may be at rest
 	 * once the queue is empty.
 	 */
-	if (n > 0 && (queued >= ks->queue_max_messages / 2 ||
-				  (double) queued * (double) (*bytes - bytes0) / n >= (double) ks->queue_max_bytes / 2))
+	if (n > 0 && kafka_source_queue_near_full(ks, queued, (double) (*bytes - bytes0) / n))
 		ks->queue_filled = true;
 	return n;
+}
+
+/* Messages (and events) librdkafka holds for the next poll, without taking them. */
+int64
+kafka_source_queued(KafkaSource *ks)
+{
+	return (int64) rd_kafka_queue_length(ks->queue);
+}
+
+/*
+ * Whether librdkafka's fetcher may be at rest, queued messages of about
+ * msg_bytes each waiting: the queue holds half of what makes it stop (by
+ * count or by bytes), as kafka_source_poll judges it.
+ */
+bool
+kafka_source_queue_near_full(KafkaSource *ks, int64 queued, double msg_bytes)
+{
+	return queued >= ks->queue_max_messages / 2 ||
+		(double) queued * msg_bytes >= (double) ks->queue_max_bytes / 2;
 }
 
 /* The partition's end offset as last seen in a fetch response (no network), or -1. */

@@ -32,6 +32,8 @@ extern int	kafka_source_take_reset(KafkaSource *ks, char *buf, size_t len);
 extern int	kafka_source_poll(KafkaSource *ks, rd_kafka_message_t **msgs, int max,
 							  size_t *bytes, size_t max_bytes);
 extern int64 kafka_source_cached_high_watermark(KafkaSource *ks, int32 partition);
+extern int64 kafka_source_queued(KafkaSource *ks);
+extern bool kafka_source_queue_near_full(KafkaSource *ks, int64 queued, double msg_bytes);
 extern bool kafka_source_wake_fetcher(KafkaSource *ks, int n, const int32 *partitions);
 extern void kafka_source_commit_async(KafkaSource *ks, int n, const int32 *partitions,
 									  const int64 *offsets);

@@ -52,6 +52,7 @@ extern void sdp_transform_check_row_by_row(SdpTransform *t, const char *what);
 extern bool sdp_transform_column_is_constant(SdpTransform *t, const char *column);
 extern bool sdp_transform_reads_column(SdpTransform *t, AttrNumber attno);
 extern int	sdp_transform_run(SdpTransform *t, HeapTuple *rows, int n, HeapTuple **out);
+extern int	sdp_transform_run_into(SdpTransform *t, HeapTuple *rows, int n, DestReceiver *dest);
 
 /* sink.c */
 extern Oid	sdp_target_primary_key(Relation rel, int *npk, AttrNumber **attnums);
@@ -59,6 +60,8 @@ extern void sdp_sink_prepare(SdpSink *s, Oid target, SdpWriteMode mode,
 							 TupleDesc row_desc, bool skip_unmatched_meta);
 extern void sdp_sink_check_privileges(SdpSink *s, Oid roleid);
 extern int64 sdp_sink_write(SdpSink *s, HeapTuple *rows, int n);
+extern bool sdp_sink_write_transformed(SdpSink *s, SdpTransform *t, HeapTuple *rows, int n,
+									   int *nout, int64 *written);
 extern const char *sdp_sink_path_description(SdpSink *s);
 
 #endif							/* SDP_PIPELINE_H */

@@ -107,6 +107,8 @@ static const char *const write_path_text[] = {
 
 typedef struct FastWrite FastWrite;
 static SdpWritePath write_path_refusal(SdpSink *s, Relation rel, FastWrite *fw);
+static void fast_write_buffer(FastWrite *fw, TupleTableSlot *slot, Size len);
+static TupleTableSlot *fast_write_slot(FastWrite *fw);
 
 /*
  * The target's primary key index and its columns (attribute numbers), or
@@ -413,6 +415,7 @@ struct FastWrite
 	TupleTableSlot *src;		/* a row as the flow produced it */
 	TupleDesc	slot_desc;		/* the target's, unpinned: slots cost no resource owner entry */
 	TupleTableSlot **slots;		/* the buffered rows, as the target's; made as needed */
+	const TupleTableSlotOps *slot_ops;	/* of those slots */
 	int			maxslots;
 	int			nslots;
 	int			nused;
@@ -567,10 +570,9 @@ sdp_sink_path_description(SdpSink *s)
 
 /*
  * Open the target (rte, from the plan: the table its name means, locked) as
- * a statement would, if the batch can be written by multi-insert.  Then,
- * as SPI runs a statement: a new snapshot and command id, the AFTER
- * trigger queue, and the BEFORE STATEMENT triggers.  Returns why not
- * otherwise, with nothing left open.
+ * a statement would, if the batch can be written by multi-insert, and
+ * prepare the casts, the defaults and the slots; fast_write_start starts
+ * the statement.  Returns why not otherwise, with nothing left open.
  */
 static SdpWritePath
 fast_write_begin(SdpSink *s, RangeTblEntry *rte, FastWrite *fw, int n)
@@ -579,7 +581,6 @@ fast_write_begin(SdpSink *s, RangeTblEntry *rte, FastWrite *fw, int n)
 	MemoryContext oldcxt = MemoryContextSwitchTo(estate->es_query_cxt);
 	ResultRelInfo *rri = makeNode(ResultRelInfo);
 	SdpWritePath path;
-	CommandId	cid;
 
 	memset(fw, 0, sizeof(FastWrite));
 	fw->estate = estate;
@@ -609,6 +610,7 @@ fast_write_begin(SdpSink *s, RangeTblEntry *rte, FastWrite *fw, int n)
 
 	fw->src = ExecInitExtraTupleSlot(estate, s->row_desc, &TTSOpsHeapTuple);
 	fw->slot_desc = CreateTupleDescCopy(RelationGetDescr(fw->rel));
+	fw->slot_ops = table_slot_callbacks(fw->rel);
 	fw->maxslots = Min(n, SDP_MAX_BUFFERED_ROWS);
 	fw->slots = palloc(sizeof(TupleTableSlot *) * fw->maxslots);
 	fw->nslots = 0;
@@ -644,17 +646,44 @@ fast_write_begin(SdpSink *s, RangeTblEntry *rte, FastWrite *fw, int n)
 		fw->probe = table_slot_create(fw->rel, &estate->es_tupleTable);
 	}
 
+	MemoryContextSwitchTo(oldcxt);
+	return SDP_PATH_MULTI_INSERT;
+}
+
+/*
+ * The statement starts, as SPI starts one: a new snapshot and command id,
+ * the AFTER trigger queue, and the BEFORE STATEMENT triggers.
+ */
+static void
+fast_write_start(FastWrite *fw)
+{
+	EState	   *estate = fw->estate;
+	MemoryContext oldcxt = MemoryContextSwitchTo(estate->es_query_cxt);
+
 	PushActiveSnapshot(GetTransactionSnapshot());
 	CommandCounterIncrement();
 	UpdateActiveSnapshotCommandId();
-	cid = GetCurrentCommandId(true);
-	estate->es_output_cid = cid;
+	estate->es_output_cid = GetCurrentCommandId(true);
 	estate->es_snapshot = GetActiveSnapshot();
 	AfterTriggerBeginQuery();
 	fw->tcs = MakeTransitionCaptureState(fw->rel->trigdesc, RelationGetRelid(fw->rel), CMD_INSERT);
-	ExecBSInsertTriggers(estate, rri);
+	ExecBSInsertTriggers(estate, fw->rri);
 	MemoryContextSwitchTo(oldcxt);
-	return SDP_PATH_MULTI_INSERT;
+}
+
+/* A write prepared by fast_write_begin that writes nothing after all: closed without a statement. */
+static void
+fast_write_abandon(FastWrite *fw)
+{
+	EState	   *estate = fw->estate;
+
+	if (fw->scan)
+		index_endscan(fw->scan);
+	FreeBulkInsertState(fw->bistate);
+	ExecResetTupleTable(estate->es_tupleTable, false);
+	ExecCloseResultRelations(estate);
+	ExecCloseRangeTableRelations(estate);
+	FreeExecutorState(estate);
 }
 
 /* Insert the buffered rows, then their index entries and AFTER ROW triggers (CopyMultiInsertBufferFlush). */
@@ -728,7 +757,6 @@ fast_write_rows(FastWrite *fw, HeapTuple *rows, int n, HeapTuple *existing, int 
 	ExprContext *econtext = GetPerTupleExprContext(estate);
 	TupleDesc	tdesc = RelationGetDescr(fw->rel);
 	TupleDesc	sdesc = fw->src->tts_tupleDescriptor;
-	bool		has_generated = tdesc->constr && tdesc->constr->has_generated_stored;
 	int64		inserted = 0;
 
 	for (int i = 0; i < n; i++)
@@ -737,15 +765,7 @@ fast_write_rows(FastWrite *fw, HeapTuple *rows, int n, HeapTuple *existing, int 
 		MemoryContext oldcxt;
 
 		CHECK_FOR_INTERRUPTS();
-		if (fw->nused == fw->nslots)
-		{
-			/* as many slots as a flush holds, made once per batch (64 kB of rows is a few hundred) */
-			oldcxt = MemoryContextSwitchTo(estate->es_query_cxt);
-			fw->slots[fw->nslots++] = ExecAllocTableSlot(&estate->es_tupleTable, fw->slot_desc,
-														 table_slot_callbacks(fw->rel));
-			MemoryContextSwitchTo(oldcxt);
-		}
-		slot = fw->slots[fw->nused];
+		slot = fast_write_slot(fw);
 		ResetPerTupleExprContext(estate);
 		oldcxt = MemoryContextSwitchTo(GetPerTupleMemoryContext(estate));
 		ExecClearTuple(slot);
@@ -781,23 +801,52 @@ fast_write_rows(FastWrite *fw, HeapTuple *rows, int n, HeapTuple *existing, int 
 		}
 		ExecStoreVirtualTuple(slot);
 		MemoryContextSwitchTo(oldcxt);
-
-		if (has_generated)
-			ExecComputeStoredGenerated(fw->rri, estate, slot, CMD_INSERT);
-		if (tdesc->constr)
-			ExecConstraints(fw->rri, slot, estate);
-		if (fw->rel->rd_rel->relispartition)
-			(void) ExecPartitionCheck(fw->rri, slot, estate, true);
-		/* the values may point into the per-row memory: the buffer keeps its own copy */
-		ExecMaterializeSlot(slot);
-		fw->nused++;
-		fw->bytes += rows[i]->t_len;
+		fast_write_buffer(fw, slot, rows[i]->t_len);
 		inserted++;
-		if (fw->nused == fw->maxslots || fw->bytes >= SDP_MAX_BUFFERED_BYTES)
-			fast_write_flush(fw);
 	}
 	fast_write_flush(fw);
 	return inserted;
+}
+
+/*
+ * The target's row in the next buffer slot, with its values: the generated
+ * columns computed, the constraints checked, then buffered, and the buffer
+ * flushed when full (CopyFrom).
+ */
+static void
+fast_write_buffer(FastWrite *fw, TupleTableSlot *slot, Size len)
+{
+	EState	   *estate = fw->estate;
+	TupleDesc	tdesc = RelationGetDescr(fw->rel);
+
+	if (tdesc->constr && tdesc->constr->has_generated_stored)
+		ExecComputeStoredGenerated(fw->rri, estate, slot, CMD_INSERT);
+	if (tdesc->constr)
+		ExecConstraints(fw->rri, slot, estate);
+	if (fw->rel->rd_rel->relispartition)
+		(void) ExecPartitionCheck(fw->rri, slot, estate, true);
+	/* the values may point into the per-row memory: the buffer keeps its own copy */
+	ExecMaterializeSlot(slot);
+	fw->nused++;
+	fw->bytes += len;
+	if (fw->nused == fw->maxslots || fw->bytes >= SDP_MAX_BUFFERED_BYTES)
+		fast_write_flush(fw);
+}
+
+/* The next buffer slot, made if need be. */
+static TupleTableSlot *
+fast_write_slot(FastWrite *fw)
+{
+	if (fw->nused == fw->nslots)
+	{
+		/* as many slots as a flush holds, made once per batch (64 kB of rows is a few hundred) */
+		MemoryContext oldcxt = MemoryContextSwitchTo(fw->estate->es_query_cxt);
+
+		fw->slots[fw->nslots++] = ExecAllocTableSlot(&fw->estate->es_tupleTable, fw->slot_desc,
+													 fw->slot_ops);
+		MemoryContextSwitchTo(oldcxt);
+	}
+	return fw->slots[fw->nused];
 }
 
 /* The end of the statement: AFTER STATEMENT triggers, the queued AFTER triggers fired, all closed. */
@@ -915,6 +964,7 @@ write_upsert(SdpSink *s, RangeTblEntry *rte, HeapTuple *rows, int n)
 		path = fast_write_begin(s, rte, fw, n);
 		if (path == SDP_PATH_MULTI_INSERT)
 		{
+			fast_write_start(fw);
 			inserted = fast_write_rows(fw, rows, n, existing, &nexisting);
 			fast_write_end(fw);
 		}
@@ -989,7 +1039,167 @@ sdp_sink_write(SdpSink *s, HeapTuple *rows, int n)
 	note_write_path(s, path);
 	if (path != SDP_PATH_MULTI_INSERT)
 		return write_with_plan(s, rows, n);
+	fast_write_start(&fw);
 	written = fast_write_rows(&fw, rows, n, NULL, NULL);
 	fast_write_end(&fw);
 	return written;
+}
+
+/* ---- the transform's rows straight into the target's (append mode) ---- */
+
+/*
+ * A DestReceiver for the transform: each result row as the target's row
+ * (the assignment casts and the defaults of the columns the flow does not
+ * write, as fast_write_rows makes it), formed once and kept until the
+ * write; SPI neither forms nor collects the rows.
+ */
+typedef struct FormReceiver
+{
+	DestReceiver pub;
+	FastWrite  *fw;
+	int			nsrc;			/* the transform's columns */
+	Datum	   *values;			/* the target's row being made */
+	bool	   *isnull;
+	HeapTuple  *rows;			/* the target's rows formed so far */
+	int			nrows;
+	int			maxrows;
+} FormReceiver;
+
+static bool
+form_receive(TupleTableSlot *slot, DestReceiver *self)
+{
+	FormReceiver *r = (FormReceiver *) self;
+	FastWrite  *fw = r->fw;
+	EState	   *estate = fw->estate;
+	ExprContext *econtext = GetPerTupleExprContext(estate);
+	int			natts = fw->slot_desc->natts;
+	MemoryContext oldcxt;
+
+	ResetPerTupleExprContext(estate);
+	oldcxt = MemoryContextSwitchTo(GetPerTupleMemoryContext(estate));
+	slot_getallattrs(slot);
+	Assert(slot->tts_tupleDescriptor->natts == r->nsrc);
+	econtext->ecxt_scantuple = slot;
+	memset(r->isnull, true, sizeof(bool) * natts);
+	for (int j = 0; j < r->nsrc; j++)
+	{
+		AttrNumber	a = fw->dst[j];
+
+		if (a == 0)
+			continue;
+		if (fw->cast[j] == NULL)
+		{
+			r->values[a - 1] = slot->tts_values[j];
+			r->isnull[a - 1] = slot->tts_isnull[j];
+		}
+		else
+			r->values[a - 1] = ExecEvalExpr(fw->cast[j], econtext, &r->isnull[a - 1]);
+	}
+	for (int d = 0; d < fw->ndefaults; d++)
+	{
+		AttrNumber	a = fw->def_att[d];
+
+		r->values[a - 1] = ExecEvalExpr(fw->def[d], econtext, &r->isnull[a - 1]);
+	}
+	MemoryContextSwitchTo(estate->es_query_cxt);
+	if (r->nrows == r->maxrows)
+	{
+		r->maxrows *= 2;
+		r->rows = repalloc_huge(r->rows, sizeof(HeapTuple) * r->maxrows);
+	}
+	r->rows[r->nrows++] = heap_form_tuple(fw->slot_desc, r->values, r->isnull);
+	MemoryContextSwitchTo(oldcxt);
+	return true;
+}
+
+static void
+form_startup(DestReceiver *self, int operation, TupleDesc typeinfo)
+{
+}
+
+static void
+form_shutdown(DestReceiver *self)
+{
+}
+
+static void
+form_destroy(DestReceiver *self)
+{
+}
+
+/*
+ * Run the transform over rows and write its rows into the target, in
+ * append mode, by multi-insert: the transform's rows are made the target's
+ * as they come (FormReceiver) instead of being formed by SPI, read back and
+ * formed again.  The write's statement starts after the transform has run,
+ * as it does for sdp_sink_write.  Returns false, having done nothing, when
+ * the batch is not written by multi-insert (the caller runs the transform
+ * and sdp_sink_write); else sets *nout to the transform's rows and
+ * *written to the rows inserted.
+ */
+bool
+sdp_sink_write_transformed(SdpSink *s, SdpTransform *t, HeapTuple *rows, int n,
+						   int *nout, int64 *written)
+{
+	RangeTblEntry *rte;
+	FastWrite	fw;
+	FormReceiver r;
+	SdpWritePath path;
+	MemoryContext oldcxt;
+
+	if (s->mode != SDP_MODE_APPEND || t->plan == NULL || n == 0)
+		return false;
+	rte = plan_target(s);
+	if (rte == NULL)
+		return false;
+	path = fast_write_begin(s, rte, &fw, n);
+	if (path != SDP_PATH_MULTI_INSERT)
+		return false;
+	/* heap slots take the formed rows as they are (a buffer heap slot copies them) */
+	if (fw.slot_ops != &TTSOpsBufferHeapTuple)
+	{
+		fast_write_abandon(&fw);
+		return false;
+	}
+	note_write_path(s, path);
+	fw.slot_ops = &TTSOpsHeapTuple;
+
+	memset(&r, 0, sizeof(r));
+	r.pub.receiveSlot = form_receive;
+	r.pub.rStartup = form_startup;
+	r.pub.rShutdown = form_shutdown;
+	r.pub.rDestroy = form_destroy;
+	r.pub.mydest = DestTuplestore;	/* any tag but DestNone and DestSPI: see sdp_transform_run_into */
+	r.fw = &fw;
+	r.nsrc = s->row_desc->natts;
+	oldcxt = MemoryContextSwitchTo(fw.estate->es_query_cxt);
+	r.values = palloc(sizeof(Datum) * Max(fw.slot_desc->natts, 1));
+	r.isnull = palloc(sizeof(bool) * Max(fw.slot_desc->natts, 1));
+	r.maxrows = Max(n, 16);
+	r.rows = palloc_extended(sizeof(HeapTuple) * r.maxrows, MCXT_ALLOC_HUGE);
+	MemoryContextSwitchTo(oldcxt);
+
+	*nout = sdp_transform_run_into(t, rows, n, (DestReceiver *) &r);
+	*written = 0;
+	if (r.nrows == 0)
+	{
+		fast_write_abandon(&fw);
+		return true;
+	}
+	fast_write_start(&fw);
+	for (int i = 0; i < r.nrows; i++)
+	{
+		TupleTableSlot *slot = fast_write_slot(&fw);
+
+		CHECK_FOR_INTERRUPTS();
+		ResetPerTupleExprContext(fw.estate);
+		ExecClearTuple(slot);
+		/* the slot frees the row when the flush clears it */
+		ExecStoreHeapTuple(r.rows[i], slot, true);
+		fast_write_buffer(&fw, slot, r.rows[i]->t_len);
+	}
+	fast_write_flush(&fw);
+	fast_write_end(&fw);
+	*written = r.nrows;
+	return true;
 }

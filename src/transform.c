@@ -364,14 +364,25 @@ reads_column_walker(Node *node, ReadsColumn *cx)
 			 (v->varattno == cx->attno || v->varattno == 0)) ||
 			(rte->rtekind == RTE_JOIN && v->varattno == 0))
 			cx->found = true;
+		else if (rte->rtekind == RTE_JOIN && v->varattno > 0 &&
+				 v->varattno <= list_length(rte->joinaliasvars))
+		{
+			/* a column of a join (USING merges them): what it stands for, in the join's query */
+			List	   *saved = cx->queries;
+
+			cx->queries = list_copy_tail(saved, v->varlevelsup);
+			(void) reads_column_walker(list_nth(rte->joinaliasvars, v->varattno - 1), cx);
+			cx->queries = saved;
+		}
 		return false;
 	}
 	if (IsA(node, Query))
 	{
 		bool		r;
 
+		/* a join's columns count where they are used, not all of them where the join is */
 		cx->queries = lcons(node, cx->queries);
-		r = query_tree_walker((Query *) node, reads_column_walker, (void *) cx, 0);
+		r = query_tree_walker((Query *) node, reads_column_walker, (void *) cx, QTW_IGNORE_JOINALIASES);
 		cx->queries = list_delete_first(cx->queries);
 		return r;
 	}
@@ -429,5 +440,31 @@ sdp_transform_run(SdpTransform *t, HeapTuple *rows, int n, HeapTuple **out)
 		elog(ERROR, "transform returned %s", SPI_result_code_string(rc));
 	sdp_unregister_rows(SDP_INPUT_RELATION);
 	*out = SPI_tuptable->vals;
+	return (int) SPI_processed;
+}
+
+/*
+ * Run the transform over rows, its result rows handed to dest one by one
+ * instead of collected by SPI; returns their count.  Needs a transform.
+ * dest's tag must be neither DestNone nor DestSPI (SPI would discard the
+ * rows, or look for its own tuple table).
+ */
+int
+sdp_transform_run_into(SdpTransform *t, HeapTuple *rows, int n, DestReceiver *dest)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	SPIExecuteOptions options;
+	int			rc;
+
+	Assert(t->plan != NULL && dest->mydest != DestNone && dest->mydest != DestSPI);
+	memset(&options, 0, sizeof(options));
+	options.read_only = true;
+	options.dest = dest;
+	sdp_register_rows(SDP_INPUT_RELATION, t->input_desc, rows, n);
+	rc = SPI_execute_plan_extended(t->plan, &options);
+	MemoryContextSwitchTo(cxt);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "transform returned %s", SPI_result_code_string(rc));
+	sdp_unregister_rows(SDP_INPUT_RELATION);
 	return (int) SPI_processed;
 }

@@ -57,8 +57,9 @@
 #define SDP_RETRY_MIN_MS		100
 #define SDP_RETRY_MAX_MS		30000
 #define SDP_RELAY_RETRY_MAX_MS	2000	/* the relay retries at least this often */
-/* a worker draining a backlog lingers this long for a fuller batch (worker_poll) */
-#define SDP_BEHIND_WAIT_MS		2
+/* a worker draining a backlog lingers up to this long for a fuller batch, in steps (worker_poll) */
+#define SDP_BEHIND_WAIT_MS		10
+#define SDP_BEHIND_STEP_MS		2
 
 static FlowWorker *W = NULL;
 
@@ -480,6 +481,17 @@ load_declaration(FlowWorker *w)
 		w->want_headers = w->transform_sql != NULL
 			? sdp_transform_reads_column(&w->transform, w->schema->ncolumns + SDP_META_HEADERS + 1)
 			: (w->op != NULL || get_attnum(w->target, "kafka_headers") > 0);
+	/*
+	 * The other Kafka columns a stateless flow's transform does not read
+	 * are left null (an operator's flow reads their partitions and offsets
+	 * from the rows; a flow without transform writes them if the target
+	 * has them).
+	 */
+	w->unread_meta = 0;
+	if (w->op == NULL && w->transform.plan != NULL)
+		for (int m = 0; m < Min(w->schema->nmeta, SDP_META_HEADERS); m++)
+			if (!sdp_transform_reads_column(&w->transform, w->schema->ncolumns + m + 1))
+				w->unread_meta |= 1 << m;
 	w->sink.flow_name = w->args.name;
 	if (w->transform.plan)
 		SPI_keepplan(w->transform.plan);
@@ -910,30 +922,68 @@ worker_backlog(FlowWorker *w)
 
 /*
  * Poll what has arrived, lingering up to max_batch_wait for more when the
- * batch is not full.  A worker draining a backlog is usually faster than
- * librdkafka's fetcher and would take a batch of the few messages fetched
- * since its last poll, paying a transaction, its offsets and the transform's
- * start for each few: when the broker holds at least as many more messages
- * as the batch has, it lingers up to SDP_BEHIND_WAIT_MS even with
- * max_batch_wait 0.  Messages that have waited on the broker wait at most
- * that much longer; a worker that keeps up never lingers.
+ * batch is not full.
+ *
+ * A worker draining a backlog is usually faster than librdkafka's fetcher
+ * and would take a batch of the few messages fetched since its last poll,
+ * paying a transaction, its offsets and the transform's start for each
+ * few.  So when the broker holds at least as many more messages as the
+ * batch has, it lingers even with max_batch_wait 0: it sleeps in steps of
+ * SDP_BEHIND_STEP_MS, on its latch alone, while the fetcher fills the
+ * local queue, until the queue holds what the batch can still take (or
+ * all the broker has), a step brings nothing while the queue is near the
+ * limits where the fetcher rests, or SDP_BEHIND_WAIT_MS have passed; then
+ * it takes what arrived.  A slow fetcher is waited for: the batch would
+ * otherwise hold a fetch response or two.
+ * Sleeping on Kafka's pipe too would wake it (and make librdkafka's
+ * thread write to the pipe) at each fetch response, a few messages each.
+ * The messages lingered for have waited on the broker already, and the
+ * backlog drains no slower: the fetcher, not the worker, sets its pace.
+ * A worker that keeps up never lingers.
  */
 static int
 worker_poll(FlowWorker *w)
 {
 	size_t		bytes = 0;
 	size_t		max_bytes = (size_t) w->opts.max_batch_kb * 1024;
-	int			n = kafka_source_poll(w->kafka, w->poll_buf, w->opts.max_batch_rows, &bytes, max_bytes);
+	int			max_rows = w->opts.max_batch_rows;
+	int			n = kafka_source_poll(w->kafka, w->poll_buf, max_rows, &bytes, max_bytes);
 	int			wait_ms = w->opts.max_batch_wait_ms;
 
-	if (wait_ms == 0 && n > 0 && n < w->opts.max_batch_rows && bytes < max_bytes &&
-		worker_backlog(w) - n >= n)
-		wait_ms = SDP_BEHIND_WAIT_MS;
-	if (n > 0 && n < w->opts.max_batch_rows && bytes < max_bytes && wait_ms > 0)
+	if (n == 0 || n >= max_rows || bytes >= max_bytes)
+		return n;
+	if (wait_ms == 0)
+	{
+		int64		more = worker_backlog(w) - n;
+		int64		want = Min(more, (int64) (max_rows - n));
+		int64		queued = kafka_source_queued(w->kafka);
+		TimestampTz until;
+
+		if (more < n)
+			return n;
+		until = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), SDP_BEHIND_WAIT_MS);
+		while (queued < want)
+		{
+			long		left = ms_until(GetCurrentTimestamp(), until);
+			int64		before = queued;
+
+			if (left <= 0)
+				break;
+			if (WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						  Min(left, SDP_BEHIND_STEP_MS), PG_WAIT_EXTENSION) & WL_LATCH_SET)
+				ResetLatch(MyLatch);
+			CHECK_FOR_INTERRUPTS();
+			queued = kafka_source_queued(w->kafka);
+			if (queued <= before && kafka_source_queue_near_full(w->kafka, queued, (double) bytes / n))
+				break;
+		}
+		return n + kafka_source_poll(w->kafka, w->poll_buf + n, max_rows - n, &bytes, max_bytes);
+	}
+	else
 	{
 		TimestampTz until = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), wait_ms);
 
-		while (n < w->opts.max_batch_rows && bytes < max_bytes)
+		while (n < max_rows && bytes < max_bytes)
 		{
 			WaitEvent	event;
 			long		left = ms_until(GetCurrentTimestamp(), until);
@@ -944,7 +994,7 @@ worker_poll(FlowWorker *w)
 				(event.events & WL_LATCH_SET))
 				ResetLatch(MyLatch);
 			CHECK_FOR_INTERRUPTS();
-			n += kafka_source_poll(w->kafka, w->poll_buf + n, w->opts.max_batch_rows - n, &bytes, max_bytes);
+			n += kafka_source_poll(w->kafka, w->poll_buf + n, max_rows - n, &bytes, max_bytes);
 		}
 	}
 	return n;

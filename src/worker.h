@@ -110,6 +110,7 @@ typedef struct FlowWorker
 	SPIPlanPtr	notify_plan;	/* option notify */
 	SPIPlanPtr	tombstone_plan;	/* on_tombstone = delete: DELETE ... WHERE key = ANY ($1) */
 	bool		want_headers;	/* build kafka_headers (something may read it) */
+	int			unread_meta;	/* bit SDP_META_x: a stateless flow's transform does not read that column, left null */
 
 	/* stateful flows (stateful.c) */
 	const SdpOperator *op;
