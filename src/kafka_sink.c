@@ -697,6 +697,22 @@ readback_partition(KafkaRelay *r, rd_kafka_t *reader, int32 p, int64 *last, char
 
 				if (first < 0 || m->offset < first)
 					first = m->offset;
+				/*
+				 * The tail window ends at the high watermark that the fetch
+				 * bringing its first message saw: while another relay (another
+				 * worker) keeps writing the partition faster than this reads,
+				 * its end never comes (no EOF), and ours are all below that
+				 * mark (our previous producer is gone).
+				 */
+				if (end < 0 && stable_at < 0)
+				{
+					int64		lo,
+								hi;
+
+					if (rd_kafka_get_watermark_offsets(reader, r->def.topic, p, &lo, &hi) == RD_KAFKA_RESP_ERR_NO_ERROR &&
+						hi > m->offset)
+						stable_at = hi;
+				}
 				if (relay_message_seq(r, m, &seq))
 					*last = Max(*last, seq);
 				if ((end >= 0 && m->offset >= end - 1) || (end < 0 && stable_at >= 0 && m->offset >= stable_at - 1))
