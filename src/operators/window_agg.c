@@ -784,6 +784,67 @@ iso_utc(TimestampTz t)
 					tm.tm_hour, tm.tm_min, tm.tm_sec);
 }
 
+static char *
+put_digits(char *p, int v, int width)
+{
+	for (int i = width - 1; i >= 0; i--, v /= 10)
+		p[i] = '0' + v % 10;
+	return p + width;
+}
+
+/*
+ * emission_id as text: definition/entity/start, the start as iso_utc gives
+ * it.  Written without a format string for years 1 to 9999 (a burst of
+ * closing windows makes thousands); iso_utc otherwise.
+ */
+static text *
+emission_id_text(const char *definition, const char *entity, TimestampTz start)
+{
+	struct pg_tm tm;
+	fsec_t		fsec;
+	char		iso[64];
+	char	   *p = iso;
+	size_t		dlen = strlen(definition);
+	size_t		elen = strlen(entity);
+	size_t		ilen;
+	text	   *t;
+	char	   *out;
+
+	if (timestamp2tm(start, NULL, &tm, &fsec, NULL, NULL) == 0 && tm.tm_year >= 1 && tm.tm_year <= 9999)
+	{
+		p = put_digits(p, tm.tm_year, 4);
+		*p++ = '-';
+		p = put_digits(p, tm.tm_mon, 2);
+		*p++ = '-';
+		p = put_digits(p, tm.tm_mday, 2);
+		*p++ = 'T';
+		p = put_digits(p, tm.tm_hour, 2);
+		*p++ = ':';
+		p = put_digits(p, tm.tm_min, 2);
+		*p++ = ':';
+		p = put_digits(p, tm.tm_sec, 2);
+		if (fsec != 0)
+		{
+			*p++ = '.';
+			p = put_digits(p, fsec, 6);
+		}
+		*p++ = 'Z';
+		*p = '\0';
+	}
+	else
+		strlcpy(iso, iso_utc(start), sizeof(iso));
+	ilen = strlen(iso);
+	t = palloc(VARHDRSZ + dlen + 1 + elen + 1 + ilen);
+	SET_VARSIZE(t, VARHDRSZ + dlen + 1 + elen + 1 + ilen);
+	out = VARDATA(t);
+	memcpy(out, definition, dlen);
+	out[dlen] = '/';
+	memcpy(out + dlen + 1, entity, elen);
+	out[dlen + 1 + elen] = '/';
+	memcpy(out + dlen + 1 + elen + 1, iso, ilen);
+	return t;
+}
+
 /* The windows of a key, split by the timer's sweep into the final ones and the next close. */
 typedef struct CloseSweep
 {
@@ -849,7 +910,7 @@ emit_window(SdpOperatorContext *ctx, SdpKeyState *ks, AggDefinition *d, const ch
 	acc = palloc0(MAXALIGN(sizeof(WindowAcc)) + HLL_REGS);
 	if (sdp_state_map_get(ks, member, acc))
 	{
-		values[0] = CStringGetTextDatum(psprintf("%s/%s/%s", d->name, entity, iso_utc(start)));
+		values[0] = PointerGetDatum(emission_id_text(d->name, entity, start));
 		values[1] = CStringGetTextDatum(d->name);
 		values[2] = CStringGetTextDatum(entity);
 		values[3] = TimestampTzGetDatum(start);
