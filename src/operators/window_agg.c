@@ -47,6 +47,7 @@
 #include "pgtime.h"
 #include "utils/builtins.h"
 #include "utils/datetime.h"
+#include "utils/float.h"
 #include "utils/json.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
@@ -638,8 +639,15 @@ finalize(AggDefinition *d, WindowAcc *a, double *value)
 		case AGG_SUM:
 			if (a->value_count == 0)
 				return false;
-			*value = (a->flags & ACC_INEXACT) ? a->fsum + a->fcomp
-				: DatumGetFloat8(DirectFunctionCall1(numeric_float8, acc_sum_numeric(a)));
+			if (a->flags & ACC_INEXACT)
+				*value = a->fsum + a->fcomp;
+			else
+			{
+				/* sum(x)::float8: numeric_float8 reads the numeric's text, which is decimal_text's */
+				char	   *text = decimal_text(acc_sum(a), a->scale);
+
+				*value = float8in_internal(text, NULL, "double precision", text);
+			}
 			return true;
 		case AGG_AVG:
 			if (a->value_count == 0)
