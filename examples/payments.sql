@@ -39,7 +39,7 @@ SELECT sdp_load_aggregations('payments_agg', $$[
    "value": "merchant_id", "window_size": "1 hour", "allowance": "1 minute"}
 ]$$);
 
--- The last 24 windows of one merchant, by key (index on definition, entity, window_end):
+-- The last 24 windows of one merchant, by key (the primary key (definition, entity, window_end, window_start)):
 --   SELECT window_start, value, row_count FROM payment_windows
 --    WHERE definition = 'rejection_ratio_10m' AND entity = 'm00007'
 --    ORDER BY window_end DESC LIMIT 24;

@@ -14,9 +14,10 @@ END $$;
 
 SELECT sdp_create_source('payments', '127.0.0.1:9', 'payments');
 
--- the helper creates the static window schema, indexed for key-range reads
+-- the helper creates the static window schema: the window as the primary key,
+-- which serves key-range reads, a BRIN index on window_end, text in byte order
 SELECT sdp_create_window_table('payment_windows');
-SELECT column_name, data_type FROM information_schema.columns
+SELECT column_name, data_type, collation_name FROM information_schema.columns
  WHERE table_name = 'payment_windows' ORDER BY ordinal_position;
 SELECT indexdef FROM pg_indexes WHERE tablename = 'payment_windows' ORDER BY indexname;
 CREATE TABLE not_windows (id text PRIMARY KEY, v int);

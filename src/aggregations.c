@@ -604,8 +604,18 @@ sdp_load_aggregations(PG_FUNCTION_ARGS)
 
 /*
  * sdp_create_window_table(name) -> regclass: a target of the static window
- * schema, with the index for key-range reads by (definition, entity,
- * window_end) and one on window_end for retention.
+ * schema.  Its primary key is the window itself, (definition, entity,
+ * window_end, window_start): the one btree serves the upsert of a replayed
+ * window and the key-range read by (definition, entity) newest first; a BRIN
+ * index on window_end serves retention (rows arrive in window_end order).
+ * The text columns are COLLATE "C": keys compare by memcmp.  emission_id is
+ * a column like the others (deterministic, the same window's across
+ * restarts), without an index of its own: each index costs every row of a
+ * burst of closing windows a btree insertion.  A table of the earlier
+ * layout (emission_id PRIMARY KEY, and indexes on (definition, entity,
+ * window_end) and window_end), or any made by hand with these columns,
+ * works as before: a flow upserts on its target's primary key, whatever
+ * columns it has.
  */
 Datum
 sdp_create_window_table(PG_FUNCTION_ARGS)
@@ -623,16 +633,16 @@ sdp_create_window_table(PG_FUNCTION_ARGS)
 	qualified = NameListToQuotedString(names);
 	SPI_connect();
 	if (SPI_execute(psprintf("CREATE TABLE %s ("
-							 " emission_id  text PRIMARY KEY,"
-							 " definition   text NOT NULL,"
-							 " entity       text NOT NULL,"
+							 " emission_id  text COLLATE \"C\" NOT NULL,"
+							 " definition   text COLLATE \"C\" NOT NULL,"
+							 " entity       text COLLATE \"C\" NOT NULL,"
 							 " window_start timestamptz NOT NULL,"
 							 " window_end   timestamptz NOT NULL,"
 							 " value        double precision,"
 							 " row_count    bigint NOT NULL,"
-							 " emitted_at   timestamptz NOT NULL)", qualified), false, 0) != SPI_OK_UTILITY ||
-		SPI_execute(psprintf("CREATE INDEX ON %s (definition, entity, window_end)", qualified), false, 0) != SPI_OK_UTILITY ||
-		SPI_execute(psprintf("CREATE INDEX ON %s (window_end)", qualified), false, 0) != SPI_OK_UTILITY)
+							 " emitted_at   timestamptz NOT NULL,"
+							 " PRIMARY KEY (definition, entity, window_end, window_start))", qualified), false, 0) != SPI_OK_UTILITY ||
+		SPI_execute(psprintf("CREATE INDEX ON %s USING brin (window_end)", qualified), false, 0) != SPI_OK_UTILITY)
 		elog(ERROR, "could not create window table %s", qualified);
 	SPI_finish();
 	relid = RangeVarGetRelid(makeRangeVarFromNameList(names), NoLock, false);

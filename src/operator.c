@@ -4,10 +4,11 @@
  *		and emitted rows.  See operator.h for the interface operators implement.
  *
  * Timers are kept twice: in each key's state (what is checkpointed and what
- * sdp_flow_state shows) and in a worker-local pairing heap per time kind,
- * ordered by time, to find the due ones without scanning every key.  The
- * heap is rebuilt from the state after a restore; a timer deleted from a
- * key stays in the heap until it comes up and is then skipped.
+ * sdp_flow_state shows) and in a worker-local index per time kind, to find
+ * the due ones without scanning every key: the timers of one time in a
+ * bucket, the buckets in a pairing heap by time.  The index is rebuilt from
+ * the state after a restore; a timer deleted from a key stays in it until
+ * it comes up and is then skipped.
  */
 #include "operator.h"
 
@@ -142,21 +143,34 @@ sdp_operator_check_options(Jsonb *options, const char *operator_name, const char
 
 typedef struct TimerNode
 {
-	pairingheap_node node;
+	struct TimerNode *next;		/* the next timer of its bucket */
 	SdpTimer	timer;
-	char		key[SDP_STATE_KEY_MAX];
+	char		key[SDP_STATE_KEY_MAX]; /* NUL-padded */
 } TimerNode;
 
-/* pairingheap keeps the greatest first: the earliest timer is the greatest */
+/*
+ * The pending timers of one time, of one kind: an entry of the kind's hash
+ * by time (dynahash never moves an entry), and a node of its heap by time.
+ * A burst of windows closing at one watermark step is one bucket, taken
+ * whole, rather than thousands of heap nodes popped one by one.
+ */
+typedef struct TimerBucket
+{
+	TimestampTz when;			/* the hash key */
+	pairingheap_node node;
+	TimerNode  *head;
+} TimerBucket;
+
+/* pairingheap keeps the greatest first: the earliest bucket is the greatest */
 static int
 timer_compare(const pairingheap_node *a, const pairingheap_node *b, void *arg)
 {
-	const TimerNode *x = pairingheap_const_container(TimerNode, node, a);
-	const TimerNode *y = pairingheap_const_container(TimerNode, node, b);
+	const TimerBucket *x = pairingheap_const_container(TimerBucket, node, a);
+	const TimerBucket *y = pairingheap_const_container(TimerBucket, node, b);
 
-	if (x->timer.when < y->timer.when)
+	if (x->when < y->when)
 		return 1;
-	if (x->timer.when > y->timer.when)
+	if (x->when > y->when)
 		return -1;
 	return 0;
 }
@@ -165,10 +179,19 @@ static void
 index_timer(SdpOperatorContext *ctx, const char *key, const SdpTimer *timer)
 {
 	TimerNode  *n = MemoryContextAllocZero(TopMemoryContext, sizeof(TimerNode));
+	TimerBucket *b;
+	bool		found;
 
 	n->timer = *timer;
 	strlcpy(n->key, key, SDP_STATE_KEY_MAX);
-	pairingheap_add(ctx->timers[timer->kind], &n->node);
+	b = hash_search(ctx->timer_buckets[timer->kind], &timer->when, HASH_ENTER, &found);
+	if (!found)
+	{
+		b->head = NULL;
+		pairingheap_add(ctx->timers[timer->kind], &b->node);
+	}
+	n->next = b->head;
+	b->head = n;
 }
 
 void
@@ -223,39 +246,102 @@ sdp_operator_next_timer(SdpOperatorContext *ctx, SdpTimeKind kind)
 {
 	if (pairingheap_is_empty(ctx->timers[kind]))
 		return DT_NOEND;
-	return pairingheap_container(TimerNode, node, pairingheap_first(ctx->timers[kind]))->timer.when;
+	return pairingheap_container(TimerBucket, node, pairingheap_first(ctx->timers[kind]))->when;
+}
+
+/* A due timer, with its key's first bytes at hand for sorting (the nodes are scattered in memory). */
+#define DUE_PREFIX 32
+typedef struct DueTimer
+{
+	char		prefix[DUE_PREFIX];
+	TimerNode  *node;
+} DueTimer;
+
+/* Due timers in key order, each key's in time order. */
+static int
+due_timer_compare(const void *a, const void *b)
+{
+	const DueTimer *x = a;
+	const DueTimer *y = b;
+	int			c = memcmp(x->prefix, y->prefix, DUE_PREFIX);
+
+	if (c == 0)
+		c = strcmp(x->node->key, y->node->key);
+	if (c != 0)
+		return c;
+	return (x->node->timer.when > y->node->timer.when) - (x->node->timer.when < y->node->timer.when);
 }
 
 /*
  * Fire every due timer: processing-time timers up to ctx->now, event-time
  * timers up to ctx->watermark.  A timer that was deleted from its key
  * meanwhile is skipped.
+ *
+ * The timers due at once fire in the order of their keys (a key's own in
+ * time order; what a handler arms and is already due fires in a next
+ * round).  Keys do not see each other, so the order across keys is free,
+ * and key order is what the write of their rows wants: when thousands of
+ * windows close at one watermark step, their rows reach the target's
+ * indexes in (definition, entity) order, and each insertion finds the
+ * pages the previous one touched, instead of a random page of a large index.
  */
 void
 sdp_operator_fire_timers(SdpOperatorContext *ctx)
 {
+	DueTimer   *due = NULL;
+	int			cap = 0;
+
 	for (int kind = 0; kind < 2; kind++)
 	{
 		TimestampTz upto = (kind == SDP_PROCESSING_TIME) ? ctx->now : ctx->watermark;
 
-		while (!pairingheap_is_empty(ctx->timers[kind]))
+		for (;;)
 		{
-			TimerNode  *n = pairingheap_container(TimerNode, node, pairingheap_first(ctx->timers[kind]));
-			SdpKeyState ks;
+			int			ndue = 0;
 
-			if (n->timer.when > upto)
-				break;
-			(void) pairingheap_remove_first(ctx->timers[kind]);
-			sdp_state_open_key(ctx->store, n->key, false, &ks);
-			if (ks.entry != NULL && sdp_state_remove_timer(&ks, n->timer.kind, n->timer.when, n->timer.tag))
+			while (!pairingheap_is_empty(ctx->timers[kind]))
 			{
-				ctx->timers_fired++;
-				ctx->op->handle_expired_timer(ctx, &ks, &n->timer);
+				TimerBucket *b = pairingheap_container(TimerBucket, node, pairingheap_first(ctx->timers[kind]));
+				TimestampTz when = b->when;
+				TimerNode  *n = b->head;
+
+				if (when > upto)
+					break;
+				(void) pairingheap_remove_first(ctx->timers[kind]);
+				(void) hash_search(ctx->timer_buckets[kind], &when, HASH_REMOVE, NULL);
+				for (; n != NULL; n = n->next)
+				{
+					if (ndue == cap)
+					{
+						cap = Max(cap * 2, 64);
+						due = due ? repalloc(due, sizeof(DueTimer) * cap) : palloc(sizeof(DueTimer) * cap);
+					}
+					memcpy(due[ndue].prefix, n->key, DUE_PREFIX);
+					due[ndue++].node = n;
+				}
 			}
-			sdp_state_close_key(&ks);
-			pfree(n);
+			if (ndue == 0)
+				break;
+			if (ndue > 1)
+				qsort(due, ndue, sizeof(DueTimer), due_timer_compare);
+			for (int i = 0; i < ndue; i++)
+			{
+				TimerNode  *n = due[i].node;
+				SdpKeyState ks;
+
+				sdp_state_open_key(ctx->store, n->key, false, &ks);
+				if (ks.entry != NULL && sdp_state_remove_timer(&ks, n->timer.kind, n->timer.when, n->timer.tag))
+				{
+					ctx->timers_fired++;
+					ctx->op->handle_expired_timer(ctx, &ks, &n->timer);
+				}
+				sdp_state_close_key(&ks);
+				pfree(n);
+			}
 		}
 	}
+	if (due)
+		pfree(due);
 }
 
 /* ---- rows ---- */
@@ -276,8 +362,18 @@ sdp_operator_create(const SdpOperator *op, const char *flow_name, Jsonb *options
 	ctx->store = store;
 	ctx->flow_name = pstrdup(flow_name);
 	ctx->watermark = DT_NOBEGIN;
-	ctx->timers[SDP_PROCESSING_TIME] = pairingheap_allocate(timer_compare, NULL);
-	ctx->timers[SDP_EVENT_TIME] = pairingheap_allocate(timer_compare, NULL);
+	for (int kind = 0; kind < 2; kind++)
+	{
+		HASHCTL		ctl;
+
+		memset(&ctl, 0, sizeof(ctl));
+		ctl.keysize = sizeof(TimestampTz);
+		ctl.entrysize = sizeof(TimerBucket);
+		ctl.hcxt = TopMemoryContext;
+		ctx->timers[kind] = pairingheap_allocate(timer_compare, NULL);
+		ctx->timer_buckets[kind] = hash_create("sdp timers by time", 64, &ctl,
+											   HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+	}
 	ctx->emit_cxt = CurrentMemoryContext;
 	ctx->input_desc = CreateTupleDescCopy(rows);	/* the transform's rows, until bound */
 	ctx->config = op->init(ctx, options);

@@ -105,7 +105,9 @@ typedef struct SdpOperatorContext
 	MemoryContext emit_cxt;		/* where emitted rows live (the batch) */
 	List	   *emitted;		/* HeapTuple */
 
-	pairingheap *timers[2];		/* pending timers by time, per SdpTimeKind */
+	/* pending timers, per SdpTimeKind: buckets of one time each (operator.c) */
+	pairingheap *timers[2];		/* the buckets, by time */
+	struct HTAB *timer_buckets[2];	/* time -> its bucket */
 	int64		timers_fired;
 
 	List	   *rejected;		/* SdpRejected: messages set aside in this step */

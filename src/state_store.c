@@ -52,6 +52,23 @@ sdp_state_tranche_id(void)
 	return registered_tranche;
 }
 
+/*
+ * Keys are NUL-padded strings: hashed and compared up to their end, not
+ * over all SDP_STATE_KEY_MAX bytes (a burst of closing windows looks up
+ * thousands of keys of twenty-odd bytes).
+ */
+static dshash_hash
+state_key_hash(const void *key, size_t size, void *arg)
+{
+	return hash_bytes((const unsigned char *) key, (int) strnlen(key, size));
+}
+
+static int
+state_key_compare(const void *a, const void *b, size_t size, void *arg)
+{
+	return strncmp(a, b, size);
+}
+
 static dshash_parameters
 state_params(void)
 {
@@ -59,8 +76,8 @@ state_params(void)
 
 	p.key_size = SDP_STATE_KEY_MAX;
 	p.entry_size = sizeof(SdpStateEntry);
-	p.compare_function = dshash_memcmp;
-	p.hash_function = dshash_memhash;
+	p.compare_function = state_key_compare;
+	p.hash_function = state_key_hash;
 	p.tranche_id = sdp_state_tranche_id();
 	return p;
 }
@@ -87,7 +104,7 @@ sdp_state_create(size_t limit_bytes, int map_value_len,
 	ctl.keysize = SDP_STATE_KEY_MAX;
 	ctl.entrysize = SDP_STATE_KEY_MAX;
 	ctl.hcxt = TopMemoryContext;
-	store->dirty = hash_create("sdp dirty keys", 1024, &ctl, HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+	store->dirty = hash_create("sdp dirty keys", 1024, &ctl, HASH_ELEM | HASH_STRINGS | HASH_CONTEXT);
 
 	*area_handle = dsa_get_handle(store->area);
 	*table_handle = dshash_get_hash_table_handle(store->table);
@@ -122,24 +139,17 @@ sdp_state_memory(SdpStateStore *store)
 	return (size_t) store->nkeys * sizeof(SdpStateEntry) + store->map_bytes;
 }
 
+/* The dirty set is a string-keyed hash (keys shorter than SDP_STATE_KEY_MAX: sdp_state_open_key checks). */
 void
 sdp_state_mark_dirty(SdpStateStore *store, const char *key)
 {
-	char		buf[SDP_STATE_KEY_MAX];
-
-	memset(buf, 0, sizeof(buf));
-	strlcpy(buf, key, sizeof(buf));
-	(void) hash_search(store->dirty, buf, HASH_ENTER, NULL);
+	(void) hash_search(store->dirty, key, HASH_ENTER, NULL);
 }
 
 static void
 unmark_dirty(SdpStateStore *store, const char *key)
 {
-	char		buf[SDP_STATE_KEY_MAX];
-
-	memset(buf, 0, sizeof(buf));
-	strlcpy(buf, key, sizeof(buf));
-	(void) hash_search(store->dirty, buf, HASH_REMOVE, NULL);
+	(void) hash_search(store->dirty, key, HASH_REMOVE, NULL);
 }
 
 /* dsa_allocate that reports the flow's limit rather than a generic out of memory */

@@ -47,6 +47,7 @@
 #include "pgtime.h"
 #include "utils/builtins.h"
 #include "utils/datetime.h"
+#include "utils/float.h"
 #include "utils/json.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
@@ -638,8 +639,15 @@ finalize(AggDefinition *d, WindowAcc *a, double *value)
 		case AGG_SUM:
 			if (a->value_count == 0)
 				return false;
-			*value = (a->flags & ACC_INEXACT) ? a->fsum + a->fcomp
-				: DatumGetFloat8(DirectFunctionCall1(numeric_float8, acc_sum_numeric(a)));
+			if (a->flags & ACC_INEXACT)
+				*value = a->fsum + a->fcomp;
+			else
+			{
+				/* sum(x)::float8: numeric_float8 reads the numeric's text, which is decimal_text's */
+				char	   *text = decimal_text(acc_sum(a), a->scale);
+
+				*value = float8in_internal(text, NULL, "double precision", text);
+			}
 			return true;
 		case AGG_AVG:
 			if (a->value_count == 0)
@@ -784,6 +792,67 @@ iso_utc(TimestampTz t)
 					tm.tm_hour, tm.tm_min, tm.tm_sec);
 }
 
+static char *
+put_digits(char *p, int v, int width)
+{
+	for (int i = width - 1; i >= 0; i--, v /= 10)
+		p[i] = '0' + v % 10;
+	return p + width;
+}
+
+/*
+ * emission_id as text: definition/entity/start, the start as iso_utc gives
+ * it.  Written without a format string for years 1 to 9999 (a burst of
+ * closing windows makes thousands); iso_utc otherwise.
+ */
+static text *
+emission_id_text(const char *definition, const char *entity, TimestampTz start)
+{
+	struct pg_tm tm;
+	fsec_t		fsec;
+	char		iso[64];
+	char	   *p = iso;
+	size_t		dlen = strlen(definition);
+	size_t		elen = strlen(entity);
+	size_t		ilen;
+	text	   *t;
+	char	   *out;
+
+	if (timestamp2tm(start, NULL, &tm, &fsec, NULL, NULL) == 0 && tm.tm_year >= 1 && tm.tm_year <= 9999)
+	{
+		p = put_digits(p, tm.tm_year, 4);
+		*p++ = '-';
+		p = put_digits(p, tm.tm_mon, 2);
+		*p++ = '-';
+		p = put_digits(p, tm.tm_mday, 2);
+		*p++ = 'T';
+		p = put_digits(p, tm.tm_hour, 2);
+		*p++ = ':';
+		p = put_digits(p, tm.tm_min, 2);
+		*p++ = ':';
+		p = put_digits(p, tm.tm_sec, 2);
+		if (fsec != 0)
+		{
+			*p++ = '.';
+			p = put_digits(p, fsec, 6);
+		}
+		*p++ = 'Z';
+		*p = '\0';
+	}
+	else
+		strlcpy(iso, iso_utc(start), sizeof(iso));
+	ilen = strlen(iso);
+	t = palloc(VARHDRSZ + dlen + 1 + elen + 1 + ilen);
+	SET_VARSIZE(t, VARHDRSZ + dlen + 1 + elen + 1 + ilen);
+	out = VARDATA(t);
+	memcpy(out, definition, dlen);
+	out[dlen] = '/';
+	memcpy(out + dlen + 1, entity, elen);
+	out[dlen + 1 + elen] = '/';
+	memcpy(out + dlen + 1 + elen + 1, iso, ilen);
+	return t;
+}
+
 /* The windows of a key, split by the timer's sweep into the final ones and the next close. */
 typedef struct CloseSweep
 {
@@ -849,7 +918,7 @@ emit_window(SdpOperatorContext *ctx, SdpKeyState *ks, AggDefinition *d, const ch
 	acc = palloc0(MAXALIGN(sizeof(WindowAcc)) + HLL_REGS);
 	if (sdp_state_map_get(ks, member, acc))
 	{
-		values[0] = CStringGetTextDatum(psprintf("%s/%s/%s", d->name, entity, iso_utc(start)));
+		values[0] = PointerGetDatum(emission_id_text(d->name, entity, start));
 		values[1] = CStringGetTextDatum(d->name);
 		values[2] = CStringGetTextDatum(entity);
 		values[3] = TimestampTzGetDatum(start);

@@ -14,6 +14,11 @@ declare($node, $broker, %opts) creates, on a node with sdp_ext:
                   windows and a 5-second allowance
   payments_all    a stateless flow appending every message: the ground truth
 
+With legacy_table => 1, payment_windows is made by hand in the earlier
+layout of sdp_create_window_table (emission_id PRIMARY KEY, indexes on
+(definition, entity, window_end) and window_end), which flows must keep
+writing exactly: they upsert on the target's primary key, whatever it is.
+
 expected($node) builds the table 'expected' of the windows a SQL GROUP BY
 over payments_all gives (late events excluded), and compare($node, $label)
 asserts that payment_windows equals it exactly, row for row (values of
@@ -35,9 +40,16 @@ use Test::More;
 sub declare ($node, $broker, %opts)
 {
 	my $checkpoint = $opts{checkpoint} // '1 second';
+	my $table = $opts{legacy_table}
+	  ? "CREATE TABLE payment_windows (emission_id text PRIMARY KEY, definition text NOT NULL, entity text NOT NULL,
+  window_start timestamptz NOT NULL, window_end timestamptz NOT NULL, value double precision,
+  row_count bigint NOT NULL, emitted_at timestamptz NOT NULL);
+CREATE INDEX ON payment_windows (definition, entity, window_end);
+CREATE INDEX ON payment_windows (window_end);"
+	  : "SELECT sdp_create_window_table('payment_windows');";
 	SdpTest::create_source($node, 'payments', $broker, 'payments');
 	SdpTest::query($node, <<"SQL");
-SELECT sdp_create_window_table('payment_windows');
+$table
 CREATE TABLE payments_all (seq bigint, merchant_id text, country text, method text, status text,
                            amount numeric, event_ts timestamptz, late boolean,
                            kafka_partition int, kafka_offset bigint);
@@ -130,6 +142,8 @@ sub compare ($node, $label)
 {
 	my ($n, $rows) = split /\|/, SdpTest::query($node, "SELECT count(*), sum(row_count) FROM expected WHERE definition = 'count_1m'");
 	ok($n > 100, "$label: $n count windows over $rows rows");
+	is(SdpTest::query($node, 'SELECT count(*) - count(DISTINCT emission_id) FROM payment_windows'), '0',
+		"$label: no window twice");
 	is(SdpTest::query($node, <<'SQL'), '', "$label: every window equals the SQL GROUP BY (count, sum, avg, ratio; hopping)");
 SELECT string_agg(coalesce(e.emission_id, w.emission_id) || ' expected ' || coalesce(e.value::text, '-') || '/' || coalesce(e.row_count::text, '-')
                   || ' got ' || coalesce(w.value::text, '-') || '/' || coalesce(w.row_count::text, '-'), E'\n')
