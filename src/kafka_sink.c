@@ -481,6 +481,8 @@ relay_recover(KafkaRelay *r, char **error)
 		{"enable.auto.commit", "false"},
 		{"auto.offset.reset", "earliest"},
 		{"group.id", r->txn_id},
+		/* a fetch at a partition's end returns after this wait, not 500 ms */
+		{"fetch.wait.max.ms", "10"},
 	};
 	const struct rd_kafka_metadata *md;
 	rd_kafka_resp_err_t err;
