@@ -553,6 +553,31 @@ relay_recover(KafkaRelay *r, char **error)
 }
 
 /*
+ * Wait until the transaction's messages are acknowledged (or failed), at
+ * most RELAY_TIMEOUT_MS, waking librdkafka's broker threads every
+ * millisecond, so that commit_transaction has nothing left to flush.  A
+ * broker thread holds back the messages of a partition not yet registered
+ * in the transaction (AddPartitionsToTxn, sent by librdkafka's main thread
+ * after the first message to it), and nothing wakes it when the
+ * registration comes back; commit_transaction's flush wakes it once, when
+ * it starts, often before that: the commit then waited for the broker
+ * thread's next wake-up (3 ms and more, seen in librdkafka's debug log)
+ * with the messages unsent.  rd_kafka_flush wakes the broker threads each
+ * time it is called, and returns at the first delivery report.
+ */
+static void
+relay_await_delivery(KafkaRelay *r)
+{
+	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), RELAY_TIMEOUT_MS);
+
+	while (rd_kafka_outq_len(r->rk) > 0 && GetCurrentTimestamp() < deadline)
+	{
+		(void) rd_kafka_flush(r->rk, 1);
+		CHECK_FOR_INTERRUPTS();
+	}
+}
+
+/*
  * Produce the next outbox rows in a transaction (begun here, committed by
  * the caller).  Returns the number of rows, 0 when the outbox is empty.
  */
@@ -629,6 +654,7 @@ relay_produce(KafkaRelay *r, char **error)
 		}
 	}
 	r->txn_last_seq = seqs[n - 1];
+	relay_await_delivery(r);
 	return n;
 }
 
