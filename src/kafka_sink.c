@@ -93,6 +93,7 @@ struct KafkaRelay
 	bool		in_txn;			/* rows produced, commit pending */
 	bool		aborting;		/* the transaction failed: abort pending */
 	int64		txn_last_seq;	/* the last seq of the open transaction */
+	int64		deleted_upto;	/* rows up to this seq are produced and deleted (0: none known) */
 	int			npartitions;
 };
 
@@ -363,15 +364,25 @@ outbox_execute(const char *sql, int nargs, Oid *types, Datum *values, bool read_
 		elog(ERROR, "statement on sdp.outbox failed: %s", SPI_result_code_string(rc));
 }
 
+/*
+ * Delete the rows up to seq, produced and committed to Kafka.  The scans of
+ * the outbox start after deleted_upto: the rows below are deleted, and the
+ * index entries of deleted rows are only skipped once vacuum removes them
+ * (or once a scan finds their deletion committed and flushed, which with
+ * synchronous_commit off is a round later), so a scan from the flow's first
+ * seq walked over every row the flow produced since the last vacuum, at
+ * every round (autovacuum looks at a database once a minute).
+ */
 static void
 outbox_delete_upto(KafkaRelay *r, int64 seq)
 {
-	Oid			types[2] = {INT8OID, INT8OID};
-	Datum		values[2] = {Int64GetDatum(r->flow_id), Int64GetDatum(seq)};
+	Oid			types[3] = {INT8OID, INT8OID, INT8OID};
+	Datum		values[3] = {Int64GetDatum(r->flow_id), Int64GetDatum(r->deleted_upto), Int64GetDatum(seq)};
 
 	outbox_begin();
-	outbox_execute("DELETE FROM sdp.outbox WHERE flow_id = $1 AND seq <= $2", 2, types, values, false);
+	outbox_execute("DELETE FROM sdp.outbox WHERE flow_id = $1 AND seq > $2 AND seq <= $3", 3, types, values, false);
 	outbox_end();
+	r->deleted_upto = seq;
 }
 
 /*
@@ -585,8 +596,8 @@ static int
 relay_produce(KafkaRelay *r, char **error)
 {
 	MemoryContext oldcxt;
-	Oid			types[1] = {INT8OID};
-	Datum		values[1] = {Int64GetDatum(r->flow_id)};
+	Oid			types[2] = {INT8OID, INT8OID};
+	Datum		values[2] = {Int64GetDatum(r->flow_id), Int64GetDatum(r->deleted_upto)};
 	rd_kafka_error_t *kerr;
 	int			n;
 	int64	   *seqs;
@@ -595,8 +606,8 @@ relay_produce(KafkaRelay *r, char **error)
 
 	MemoryContextReset(r->cxt);
 	outbox_begin();
-	outbox_execute(psprintf("SELECT seq, key, value FROM sdp.outbox WHERE flow_id = $1 ORDER BY seq LIMIT %d",
-							RELAY_ROWS_PER_TXN), 1, types, values, true);
+	outbox_execute(psprintf("SELECT seq, key, value FROM sdp.outbox WHERE flow_id = $1 AND seq > $2 ORDER BY seq LIMIT %d",
+							RELAY_ROWS_PER_TXN), 2, types, values, true);
 	n = (int) SPI_processed;
 	oldcxt = MemoryContextSwitchTo(r->cxt);
 	seqs = palloc(sizeof(int64) * Max(n, 1));
