@@ -34,6 +34,7 @@
 #   SINK_PARTS="latency throughput"  which parts to run (default both)
 #   SINK_PERF=DIR                    perf record -g of the sink flow's worker
 #                                    during the latency rounds into DIR
+#   SINK_LOG=FILE                    keep the server's log there
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/common.sh
@@ -63,6 +64,7 @@ cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
   wait 2>/dev/null
   [ -f "$dir/pg/postmaster.pid" ] && sdp_as_postgres pg_ctl -D "$dir/pg" -m fast stop >/dev/null 2>&1
+  [ -n "${SINK_LOG:-}" ] && cp "$dir/postgres.log" "$SINK_LOG"
   sdp_as_root rm -rf "$dir"
 }
 trap cleanup EXIT
