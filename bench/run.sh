@@ -19,6 +19,11 @@
 #     delay from the watermark passing a window's end to its row being
 #     committed (readable); the latency of reading the last 24 windows of one
 #     merchant by key (pgbench) while the stream runs.
+#  6. a sink flow at 10,000 events/s: the enrich flow writing to a Kafka
+#     topic, timed from its input's Kafka timestamp (carried in the output)
+#     to the receipt of its output by a read_committed consumer, beside the
+#     floor (bench/sink.sh has more: rounds, the same flow into a table,
+#     throughput and CPU).
 #
 # Usage: bash bench/run.sh [--quick]      (--quick: smaller sizes, for a smoke test)
 # Results: tables on stdout, and bench/out/<timestamp>.txt
@@ -64,7 +69,7 @@ sdp_as_postgres pg_ctl -D "$dir/pg" -l "$dir/postgres.log" -w start >/dev/null
 sql() { sdp_as_postgres psql -X -q -At -h "$dir" -p "$port" -U postgres -d postgres "$@"; }
 
 tools/sdp_broker --topic tput:32 --topic tput2:16 --topic lat1000:4 --topic lat10000:4 \
-  --topic lat50000:4 --topic both:4 --topic mem:8 --topic pay:16 --topic paylive20:4 --topic paylive100:4 --topic paylive1000:4 --addr-file "$dir/broker.addr" --quiet > "$dir/broker.log" 2>&1 &
+  --topic lat50000:4 --topic both:4 --topic mem:8 --topic pay:16 --topic paylive20:4 --topic paylive100:4 --topic paylive1000:4 --topic sinkin:4 --topic sinkout:4 --addr-file "$dir/broker.addr" --quiet > "$dir/broker.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 100); do [ -s "$dir/broker.addr" ] && break; sleep 0.1; done
 boot=$(cat "$dir/broker.addr")
@@ -307,6 +312,57 @@ done
 read -r r50 r99 r999 rn < <(cat "$dir"/pgb* | awk '{print $3}' | sort -n | awk '{v[NR]=$1} END {
     printf "%.3f %.3f %.3f %d\n", v[int((NR*50+99)/100)]/1000, v[int((NR*99+99)/100)]/1000, v[int((NR*999+999)/1000)]/1000, NR}')
 printf '  %-62s %s / %s / %s ms (%s reads)\n' "read last 24 windows of a merchant by key, P50 / P99 / P99.9" "$r50" "$r99" "$r999" "$rn"
+echo
+
+# 6. a sink flow at 10,000 events/s: the enrich flow (append) to a topic,
+# with its input's Kafka timestamp in ms as one more column, src_ts
+echo "A sink flow at 10,000 events/s (ms; to consumer = src_ts -> receipt by a read_committed consumer of the sink's topic;"
+echo "  to commit = e2eLatencyMs of the flow's report, to the commit of its outbox rows; floor as in section 2)"
+printf '  %-24s %10s %10s %11s %11s %12s %14s %8s\n' "flow" "P50" "P99" "floor P50" "floor P99" "P99 - floor" "to commit P99" "samples"
+sql >/dev/null <<SQL
+SELECT sdp_create_source('sinkin', '$boot', 'sinkin');
+SELECT sdp_create_sink('sinkout', '$boot', 'sinkout');
+SELECT sdp_create_flow('sink10000', source => 'sinkin', sink => 'sinkout',
+  schema => 'icao24 text, callsign text, lat float8, lon float8, baro_alt float8, vert_rate float8,
+             squawk text, velocity float8, heading float8, poller_ts timestamptz',
+  transform => \$t\$ ${transform/AS updated_at/AS updated_at, (extract(epoch FROM i.kafka_timestamp) * 1000)::int8 AS src_ts} \$t\$,
+  options => '{"mode": "append", "sink_key": "icao24", "progress_interval": "4 seconds"}');
+SQL
+wait_running sink10000 1
+# the relay reads its topic back before the flow takes any input: not in the window
+sleep 0.5
+for _ in $(seq 300); do
+  [ "$(sql -c "SELECT coalesce(bool_and(a.query IS DISTINCT FROM 'sdp: producing to the sink'), true)
+               FROM sdp.flow_status s JOIN pg_stat_activity a ON a.pid = s.pid WHERE s.flow = 'sink10000'")" = t ] && break
+  sleep 0.1
+done
+sleep 0.5
+tools/kafka_floor --bootstrap "$boot" --topic sinkin --duration 13 --out "$dir/floorsink.txt" > "$dir/floorsink.txt.json" &
+floor_pid=$!
+while ! grep -q ready "$dir/floorsink.txt.json" 2>/dev/null; do sleep 0.05; done
+tools/kafka_floor --bootstrap "$boot" --topic sinkout --duration 14 --payload-ts src_ts -X isolation.level=read_committed \
+  --out "$dir/sinkcons.txt" > "$dir/sinkcons.json" &
+cons=$!
+while ! grep -q ready "$dir/sinkcons.json" 2>/dev/null; do sleep 0.05; done
+t0=$(now)
+tools/flight_sim --bootstrap "$boot" --topic sinkin --aircraft 2000 --rate 10000 --linger-ms 1 --duration 10 --quiet > /dev/null &
+sim=$!
+# the first report whose window starts after the producer did (the relay's start is not in it)
+until [ "$(sql -c "SELECT coalesce(extract(epoch FROM (j->>'timestamp')::timestamptz) - (j->>'intervalSeconds')::float8 >= $t0, false)
+                   FROM (SELECT sdp_flow_progress('sink10000') AS j) s")" = t ]; do sleep 0.1; done
+p=$(sql -c "SELECT sdp_flow_progress('sink10000')")
+wait "$sim"; wait "$floor_pid"; wait "$cons"
+sql -c "SELECT sdp_stop_flow('sink10000')" >/dev/null
+read -r cp99 n win_end win_len < <(sql -c "SELECT concat_ws(' ', j->'latencies'->'e2eLatencyMs'->>'P99',
+    j->'latencies'->'e2eLatencyMs'->>'samples', extract(epoch FROM (j->>'timestamp')::timestamptz) * 1000,
+    (j->>'intervalSeconds')::float8 * 1000) FROM (SELECT '$p'::jsonb AS j) s")
+pct() {  # file: P50 P99 (ms) of the latencies (us) whose timestamp (ms) is in the report's window
+  awk -v hi="$win_end" -v len="$win_len" '$1 >= hi - len && $1 <= hi {print $2}' "$1" | sort -n | awk '{v[NR]=$1}
+    END {if (NR == 0) {print "nan nan"; exit} printf "%.3f %.3f\n", v[int((NR*50+99)/100)]/1000, v[int((NR*99+99)/100)]/1000}'
+}
+read -r sp50 sp99 < <(pct "$dir/sinkcons.txt"); read -r fp50 fp99 < <(pct "$dir/floorsink.txt")
+printf '  %-24s %10.3f %10.3f %11.3f %11.3f %12.3f %14.3f %8d\n' "enrich flow to a sink" "$sp50" "$sp99" "$fp50" "$fp99" \
+  "$(echo "$sp99 - $fp99" | bc -l)" "$cp99" "$n"
 } | tee "$report"
 echo
 echo "saved in $report"

@@ -46,7 +46,9 @@
  * be produced a second time under new seqs.
  *
  * Threads: librdkafka's threads are created with every signal blocked;
- * no callback calls PostgreSQL (none is set but the default logger).
+ * no callback calls PostgreSQL (none is set but the default logger and
+ * the producer's delivery report callback, which does nothing and runs in
+ * the worker's own thread, in rd_kafka_poll).
  * Blocking librdkafka calls take at most RELAY_TIMEOUT_MS, and the worker
  * waits on its latch between attempts.
  */
@@ -112,6 +114,8 @@ struct KafkaRelay
 	bool		in_txn;			/* rows produced, commit pending */
 	bool		aborting;		/* the transaction failed: abort pending */
 	int64		txn_last_seq;	/* the last seq of the open transaction */
+	int64		deleted_upto;	/* rows up to this seq are produced and deleted (0: none known) */
+	bool		flushed_earlier;	/* the WAL of rows earlier workers left is flushed (first round) */
 	int			npartitions;
 };
 
@@ -447,6 +451,21 @@ relay_destroy_producer(KafkaRelay *r)
 	r->aborting = false;
 }
 
+/*
+ * Delivery reports, served in the worker's thread by rd_kafka_poll.  The
+ * callback does nothing (a failed delivery makes the transaction fail, and
+ * commit_transaction says so); it is set so that librdkafka queues a report
+ * when a produce request is acknowledged.  Without one it queues nothing,
+ * and the flush inside commit_transaction, which polls that queue 10 ms at
+ * a time until every message is acknowledged, sleeps its 10 ms through the
+ * acknowledgement: each Kafka transaction took 10 to 50 ms instead of a
+ * few round trips (librdkafka 2.0, rd_kafka_flush).
+ */
+static void
+relay_delivered(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
+{
+}
+
 static bool
 relay_create_producer(KafkaRelay *r, char **error)
 {
@@ -457,6 +476,7 @@ relay_create_producer(KafkaRelay *r, char **error)
 	char		errstr[512];
 	rd_kafka_conf_t *conf = relay_conf(r, ours, lengthof(ours));
 
+	rd_kafka_conf_set_dr_msg_cb(conf, relay_delivered);
 	r->rk = new_client(RD_KAFKA_PRODUCER, conf, errstr, sizeof(errstr));
 	if (r->rk == NULL)
 	{
@@ -565,18 +585,30 @@ relay_rows(KafkaRelay *r, Oid *types, Datum *values)
 	return r->tagged ? "flow_id = $1 AND worker = $2" : "flow_id = $1 AND $2 = 0";
 }
 
+/*
+ * Delete the rows up to seq, produced and committed to Kafka.  The scans of
+ * the outbox start after deleted_upto: the rows below are deleted, and the
+ * index entries of deleted rows are only skipped once vacuum removes them
+ * (or once a scan finds their deletion committed and flushed, which with
+ * synchronous_commit off is a round later), so a scan from the flow's first
+ * seq walked over every row the flow produced since the last vacuum, at
+ * every round (autovacuum looks at a database once a minute).
+ */
 static void
 outbox_delete_upto(KafkaRelay *r, int64 seq)
 {
-	Oid			types[3];
-	Datum		values[3];
+	Oid			types[4];
+	Datum		values[4];
 	const char *mine = relay_rows(r, types, values);
 
 	types[2] = INT8OID;
-	values[2] = Int64GetDatum(seq);
+	values[2] = Int64GetDatum(r->deleted_upto);
+	types[3] = INT8OID;
+	values[3] = Int64GetDatum(seq);
 	outbox_begin();
-	outbox_execute(psprintf("DELETE FROM sdp.outbox WHERE %s AND seq <= $3", mine), 3, types, values, false);
+	outbox_execute(psprintf("DELETE FROM sdp.outbox WHERE %s AND seq > $3 AND seq <= $4", mine), 4, types, values, false);
 	outbox_end();
+	r->deleted_upto = seq;
 }
 
 /* Whether message m is one of this relay's: headers sdp-flow and sdp-worker (none: worker 0, as 0.4 wrote). */
@@ -743,6 +775,8 @@ relay_recover(KafkaRelay *r, char **error)
 		{"enable.auto.commit", "false"},
 		{"auto.offset.reset", "earliest"},
 		{"group.id", r->txn_id},
+		/* a fetch at a partition's end returns after this wait, not 500 ms */
+		{"fetch.wait.max.ms", "10"},
 	};
 	const struct rd_kafka_metadata *md;
 	rd_kafka_resp_err_t err;
@@ -845,6 +879,31 @@ relay_recover(KafkaRelay *r, char **error)
 }
 
 /*
+ * Wait until the transaction's messages are acknowledged (or failed), at
+ * most RELAY_TIMEOUT_MS, waking librdkafka's broker threads every
+ * millisecond, so that commit_transaction has nothing left to flush.  A
+ * broker thread holds back the messages of a partition not yet registered
+ * in the transaction (AddPartitionsToTxn, sent by librdkafka's main thread
+ * after the first message to it), and nothing wakes it when the
+ * registration comes back; commit_transaction's flush wakes it once, when
+ * it starts, often before that: the commit then waited for the broker
+ * thread's next wake-up (3 ms and more, seen in librdkafka's debug log)
+ * with the messages unsent.  rd_kafka_flush wakes the broker threads each
+ * time it is called, and returns at the first delivery report.
+ */
+static void
+relay_await_delivery(KafkaRelay *r)
+{
+	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), RELAY_TIMEOUT_MS);
+
+	while (rd_kafka_outq_len(r->rk) > 0 && GetCurrentTimestamp() < deadline)
+	{
+		(void) rd_kafka_flush(r->rk, 1);
+		CHECK_FOR_INTERRUPTS();
+	}
+}
+
+/*
  * Produce the next outbox rows in a transaction (begun here, committed by
  * the caller).  Returns the number of rows, 0 when the outbox is empty.
  */
@@ -852,8 +911,8 @@ static int
 relay_produce(KafkaRelay *r, char **error)
 {
 	MemoryContext oldcxt;
-	Oid			types[2];
-	Datum		values[2];
+	Oid			types[3];
+	Datum		values[3];
 	const char *mine = relay_rows(r, types, values);
 	rd_kafka_error_t *kerr;
 	int			n;
@@ -863,8 +922,10 @@ relay_produce(KafkaRelay *r, char **error)
 
 	MemoryContextReset(r->cxt);
 	outbox_begin();
-	outbox_execute(psprintf("SELECT seq, key, value FROM sdp.outbox WHERE %s ORDER BY seq LIMIT %d",
-							mine, RELAY_ROWS_PER_TXN), 2, types, values, true);
+	types[2] = INT8OID;
+	values[2] = Int64GetDatum(r->deleted_upto);
+	outbox_execute(psprintf("SELECT seq, key, value FROM sdp.outbox WHERE %s AND seq > $3 ORDER BY seq LIMIT %d",
+							mine, RELAY_ROWS_PER_TXN), 3, types, values, true);
 	n = (int) SPI_processed;
 	oldcxt = MemoryContextSwitchTo(r->cxt);
 	seqs = palloc(sizeof(int64) * Max(n, 1));
@@ -883,8 +944,21 @@ relay_produce(KafkaRelay *r, char **error)
 	if (n == 0)
 		return 0;
 
-	/* the batches these rows come from are durable before any of them is out */
-	flush_inserted_wal();
+	/*
+	 * The batches these rows come from are durable before any of them is
+	 * out.  The first round of a relay may produce rows that an earlier
+	 * worker committed (asynchronously, and it may have exited since):
+	 * all the WAL inserted so far.  Then only this worker's own rows are
+	 * new, and its last commit record covers them (cheaper: not other
+	 * sessions' WAL).
+	 */
+	if (!r->flushed_earlier)
+	{
+		flush_inserted_wal();
+		r->flushed_earlier = true;
+	}
+	else
+		XLogFlush(XactLastCommitEnd);
 
 	kerr = rd_kafka_begin_transaction(r->rk);
 	if (kerr)
@@ -923,6 +997,7 @@ relay_produce(KafkaRelay *r, char **error)
 		}
 	}
 	r->txn_last_seq = seqs[n - 1];
+	relay_await_delivery(r);
 	return n;
 }
 

@@ -8,11 +8,19 @@
  * timestamp to its receipt.  That is the least any consumer of that topic can
  * see on this machine, so a flow's e2eLatencyMs is compared with it.
  *
- *   kafka_floor --bootstrap ADDR --topic T --duration SECONDS [--out FILE]
- *               [-X prop=value]...
+ * With --payload-ts FIELD it measures a sink flow end to end instead: the
+ * time is taken from the number (milliseconds since the epoch) in the
+ * top-level JSON field FIELD of each message's value, which the flow carries
+ * through from its input's Kafka timestamp, to the receipt of the flow's
+ * output message (with -X isolation.level=read_committed, as a consumer of
+ * a sink reads).
  *
- * Writes one line per message to --out: "<kafka timestamp ms> <latency us>",
- * and prints a JSON summary (count, P50, P99 in ms) on stdout at the end.
+ *   kafka_floor --bootstrap ADDR --topic T --duration SECONDS [--out FILE]
+ *               [--payload-ts FIELD] [-X prop=value]...
+ *
+ * Writes one line per message to --out: "<timestamp ms> <latency us>" (the
+ * Kafka timestamp, or FIELD's), and prints a JSON summary (count, P50, P99
+ * in ms) on stdout at the end.
  */
 #define _GNU_SOURCE
 #include <librdkafka/rdkafka.h>
@@ -49,6 +57,35 @@ cmp_i64(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
+/* The number in the top-level field "field" of a JSON object, or -1. */
+static int64_t
+payload_ts(const rd_kafka_message_t *m, const char *field)
+{
+	char		pat[256];
+	const char *p = m->payload;
+	const char *end = p + m->len;
+	size_t		plen;
+
+	snprintf(pat, sizeof(pat), "\"%s\"", field);
+	plen = strlen(pat);
+	if (p == NULL || (p = memmem(p, m->len, pat, plen)) == NULL)
+		return -1;
+	p += plen;
+	while (p < end && (*p == ' ' || *p == ':'))
+		p++;
+	if (p >= end || *p < '0' || *p > '9')
+		return -1;
+	{
+		char		buf[32];
+		size_t		n = 0;
+
+		while (p < end && n < sizeof(buf) - 1 && *p >= '0' && *p <= '9')
+			buf[n++] = *p++;
+		buf[n] = '\0';
+		return strtoll(buf, NULL, 10);
+	}
+}
+
 static void
 conf_set(rd_kafka_conf_t *conf, const char *key, const char *value)
 {
@@ -67,6 +104,7 @@ main(int argc, char **argv)
 	const char *bootstrap = NULL;
 	const char *topic = NULL;
 	const char *out_path = NULL;
+	const char *ts_field = NULL;
 	double		duration = 10;
 	rd_kafka_conf_t *conf = rd_kafka_conf_new();
 	rd_kafka_t *rk;
@@ -98,6 +136,8 @@ main(int argc, char **argv)
 			duration = atof(argv[++i]);
 		else if (strcmp(argv[i], "--out") == 0 && i + 1 < argc)
 			out_path = argv[++i];
+		else if (strcmp(argv[i], "--payload-ts") == 0 && i + 1 < argc)
+			ts_field = argv[++i];
 		else if (strcmp(argv[i], "-X") == 0 && i + 1 < argc)
 		{
 			char	   *kv = strdup(argv[++i]);
@@ -113,7 +153,7 @@ main(int argc, char **argv)
 		}
 		else
 		{
-			fprintf(stderr, "usage: kafka_floor --bootstrap ADDR --topic T --duration S [--out FILE] [-X prop=value]...\n");
+			fprintf(stderr, "usage: kafka_floor --bootstrap ADDR --topic T --duration S [--out FILE] [--payload-ts FIELD] [-X prop=value]...\n");
 			return 2;
 		}
 	}
@@ -169,7 +209,7 @@ main(int argc, char **argv)
 			continue;
 		received = now_us();
 		if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR &&
-			(ts = rd_kafka_message_timestamp(m, NULL)) > 0)
+			(ts = ts_field ? payload_ts(m, ts_field) : rd_kafka_message_timestamp(m, NULL)) > 0)
 		{
 			if (n == cap)
 			{

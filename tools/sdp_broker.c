@@ -76,11 +76,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #ifdef __linux__
 #include <sys/prctl.h>
 #endif
 #include <unistd.h>
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 
 #include <librdkafka/rdkafka.h>
 #include <librdkafka/rdkafka_mock.h>
@@ -286,6 +290,34 @@ reply(const char *fmt,...)
 }
 
 /*
+ * TCP_NODELAY on the brokers' listening sockets, which the connections they
+ * accept inherit (Linux).  librdkafka 2.0's mock leaves Nagle's algorithm on
+ * for its connections: a response written while the previous one is not yet
+ * acknowledged waited for the client's delayed ACK, about 40 ms, whenever a
+ * client had several requests in flight on a connection (a producer writing
+ * to several partitions of a broker).  A Kafka broker sets TCP_NODELAY.  The
+ * process has no other TCP socket at this point: the host handle never
+ * connects anywhere.
+ */
+static void
+disable_nagle(void)
+{
+	for (int fd = 0; fd < 1024; fd++)
+	{
+		struct sockaddr_storage addr;
+		socklen_t	len = sizeof(addr);
+		int			type;
+		socklen_t	tlen = sizeof(type);
+		int			one = 1;
+
+		if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tlen) == 0 && type == SOCK_STREAM &&
+			getsockname(fd, (struct sockaddr *) &addr, &len) == 0 &&
+			(addr.ss_family == AF_INET || addr.ss_family == AF_INET6))
+			(void) setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	}
+}
+
+/*
  * Create the librdkafka handle that hosts the mock cluster, and the cluster.
  * The handle never connects anywhere; it is only the mock's home.
  */
@@ -312,6 +344,7 @@ start_mock_cluster(void)
 	mcluster = rd_kafka_mock_cluster_new(host_rk, opts.brokers);
 	if (mcluster == NULL)
 		fatal("could not create the mock cluster");
+	disable_nagle();
 }
 
 static rd_kafka_resp_err_t

@@ -1,0 +1,282 @@
+#!/usr/bin/env bash
+# bench/sink.sh: a flow writing to a Kafka sink, beside the same flow writing
+# to a table and beside the transport floor (issue 14).
+#
+# The flow is the enrich flow of examples/flights.sql (JSON decode, the SQL
+# transform with the zone lookup), in append mode, with one more column,
+# src_ts: its input message's Kafka timestamp in ms, carried through to the
+# output so that the output's consumer can time it.
+#
+#  1. latency, at each rate of SINK_RATES (default 1,000 and 10,000 events/s),
+#     SINK_ROUNDS rounds (default 3), the table flow and the sink flow one
+#     after the other (the order alternates by round), each on a fresh
+#     4-partition topic with tools/flight_sim producing for 10 s:
+#       table: e2eLatencyMs of the flow's first progress report whose 4-second
+#              window starts after the producer did (Kafka timestamp ->
+#              commit of its rows), as bench/run.sh section 2;
+#       sink:  the same report (-> commit of its outbox rows), and the time
+#              from src_ts to the receipt of the output message by a
+#              read_committed consumer of the sink's topic (tools/kafka_floor
+#              --payload-ts src_ts), over the same window;
+#       floor: a bare consumer of the input topic (tools/kafka_floor) in the
+#              same run, over the same window.
+#  2. throughput: a backlog of SINK_EVENTS (default 150,000) events on 8
+#     partitions, produced beforehand, drained by a new flow, SINK_RUNS times
+#     (default 3) for each case, alternating: into an unindexed table, and to
+#     a sink (a fresh 8-partition topic each run).  events/s from the flow's
+#     first message read until it has read them all and, for the sink, its
+#     outbox is empty (every row produced and committed to Kafka); CPU ms per
+#     1,000 events = user + system time of the worker process (all its
+#     threads, librdkafka's producer included) from /proc, as bench/cpu.sh.
+#
+# Usage: bash bench/sink.sh      Nothing is asserted; it installs the tree into
+# Debian's PostgreSQL (or, with SDP_PG_BIN=DIR, into the PostgreSQL in DIR),
+# starts its own server (port 5494) and broker, and leaves nothing running.
+#   SINK_PARTS="latency throughput"  which parts to run (default both)
+#   SINK_PERF=DIR                    perf record -g of the sink flow's worker
+#                                    during the latency rounds into DIR
+#   SINK_LOG=FILE                    keep the server's log there
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/common.sh
+
+rates=${SINK_RATES:-1000 10000}
+rounds=${SINK_ROUNDS:-3}
+n=${SINK_EVENTS:-150000}
+runs=${SINK_RUNS:-3}
+parts=${SINK_PARTS:-latency throughput}
+port=${BENCH_PORT:-5494}
+
+if [ "$SDP_PG_BIN" = "/usr/lib/postgresql/$SDP_PG_VERSION/bin" ]; then
+  sdp_install_packages bc
+  sdp_build_install
+else
+  sdp_build_tools
+  make -s -j2 PG_CONFIG="$SDP_PG_BIN/pg_config" CI="${CI:-}" >/dev/null
+  make -s install PG_CONFIG="$SDP_PG_BIN/pg_config" >/dev/null
+fi
+ticks=$(getconf CLK_TCK)
+
+dir=$(mktemp -d /tmp/sdp_sink.XXXXXX)
+sdp_as_root chown postgres:postgres "$dir"
+pids=()
+cleanup() {
+  set +e
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
+  wait 2>/dev/null
+  [ -f "$dir/pg/postmaster.pid" ] && sdp_as_postgres pg_ctl -D "$dir/pg" -m fast stop >/dev/null 2>&1
+  [ -n "${SINK_LOG:-}" ] && cp "$dir/postgres.log" "$SINK_LOG"
+  sdp_as_root rm -rf "$dir"
+}
+trap cleanup EXIT
+
+# the server settings of bench/run.sh
+sdp_as_postgres initdb -D "$dir/pg" -A trust -U postgres >/dev/null
+cat >> "$dir/pg/postgresql.conf" <<CONF
+shared_preload_libraries = 'sdp_ext'
+sdp.database = 'postgres'
+port = $port
+listen_addresses = ''
+unix_socket_directories = '$dir'
+shared_buffers = '512MB'
+max_wal_size = '8GB'
+checkpoint_timeout = '30min'
+max_worker_processes = 16
+track_commit_timestamp = on
+CONF
+sdp_as_postgres pg_ctl -D "$dir/pg" -l "$dir/postgres.log" -w start >/dev/null
+sql() { sdp_as_postgres psql -X -q -At -h "$dir" -p "$port" -U postgres -d postgres "$@"; }
+median() { tr ' ' '\n' | grep -v '^$' | sort -n | awk '{v[NR]=$1} END {if (NR == 0) print "nan"; else print (NR % 2) ? v[(NR+1)/2] : (v[NR/2] + v[NR/2+1]) / 2}'; }
+now() { date +%s.%N; }
+
+topics=(--topic tput:8)
+for r in $(seq "$runs"); do topics+=(--topic "tput_out$r:8"); done
+for rate in $rates; do
+  for r in $(seq "$rounds"); do
+    topics+=(--topic "t${rate}_$r:4" --topic "s${rate}_$r:4" --topic "o${rate}_$r:4")
+  done
+done
+tools/sdp_broker "${topics[@]}" --addr-file "$dir/broker.addr" --quiet > "$dir/broker.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 100); do [ -s "$dir/broker.addr" ] && break; sleep 0.1; done
+boot=$(cat "$dir/broker.addr")
+
+sql -c 'CREATE EXTENSION sdp_ext'
+sed -n '/^CREATE TABLE zones/,/^SELECT sdp_create_source/p' examples/flights.sql | sed '$d' | sql >/dev/null
+transform=$(sed -n '/^  transform => \$\$$/,/\$\$,$/p' examples/flights.sql | sed '1s/^  transform => \$\$//; $s/\$\$,$//')
+# the enrich transform, and the input's Kafka timestamp (ms) as src_ts
+transform=${transform/AS updated_at/AS updated_at, (extract(epoch FROM i.kafka_timestamp) * 1000)::int8 AS src_ts}
+pos_schema='icao24 text, callsign text, lat float8, lon float8, baro_alt float8, vert_rate float8, squawk text, velocity float8, heading float8, poller_ts timestamptz'
+
+# make_flow KIND NAME TOPIC OUT PROGRESS [SOURCE-OPTIONS]: KIND table (OUT a
+# new unindexed table) or sink (OUT the sink's topic)
+make_flow() {
+  local kind=$1 name=$2 topic=$3 out=$4 progress=$5 srcopts=${6:-'{}'}
+  if [ "$kind" = table ]; then
+    sql >/dev/null <<SQL
+CREATE TABLE $out (LIKE positions INCLUDING DEFAULTS, src_ts int8);
+SELECT sdp_create_source('$name', '$boot', '$topic', '$srcopts');
+SELECT sdp_create_flow('$name', source => '$name', target => '$out', schema => '$pos_schema',
+  transform => \$t\$ $transform \$t\$,
+  options => '{"mode": "append", "progress_interval": "$progress"}');
+SQL
+  else
+    sql >/dev/null <<SQL
+SELECT sdp_create_source('$name', '$boot', '$topic', '$srcopts');
+SELECT sdp_create_sink('$name', '$boot', '$out');
+SELECT sdp_create_flow('$name', source => '$name', sink => '$name', schema => '$pos_schema',
+  transform => \$t\$ $transform \$t\$,
+  options => '{"mode": "append", "sink_key": "icao24", "progress_interval": "$progress"}');
+SQL
+  fi
+}
+drop_flow() {  # name kind
+  sql -c "SELECT sdp_drop_flow('$1')" -c "SELECT sdp_drop_source('$1')" >/dev/null
+  [ "$2" = sink ] && sql -c "SELECT sdp_drop_sink('$1')" >/dev/null
+  return 0
+}
+wait_running() {
+  until [ "$(sql -c "SELECT count(*) = 1 FROM sdp.flow_status WHERE flow = '$1' AND state = 'running' AND partitions IS NOT NULL")" = t ]; do sleep 0.1; done
+}
+# wait_relay NAME: a sink flow's worker first reads its topic back (the relay's
+# recovery, seconds on a loaded machine), before it takes any input: wait for
+# that to end, so that it is not in the measured window
+wait_relay() {
+  local i
+  sleep 0.5
+  for i in $(seq 300); do
+    [ "$(sql -c "SELECT coalesce(bool_and(a.query IS DISTINCT FROM 'sdp: producing to the sink'), true)
+                 FROM sdp.flow_status s JOIN pg_stat_activity a ON a.pid = s.pid WHERE s.flow = '$1'")" = t ] && break
+    sleep 0.1
+  done
+  sleep 0.5
+}
+# pct FILE LO HI: "P50 P99 count" in ms of the latencies (us, column 2) whose timestamp (ms, column 1) is in [LO, HI]
+pct() {
+  awk -v lo="$2" -v hi="$3" '$1 >= lo && $1 <= hi {print $2}' "$1" | sort -n | awk '{v[NR]=$1} END {
+      if (NR == 0) {print "nan nan 0"; exit}
+      printf "%.3f %.3f %d\n", v[int((NR*50+99)/100)]/1000, v[int((NR*99+99)/100)]/1000, NR}'
+}
+
+out=bench/out; mkdir -p "$out"; report="$out/sink-$(date -u +%Y%m%dT%H%M%SZ).txt"
+{
+echo "sdp_ext sink benchmark, $(date -u), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+echo
+
+if [[ " $parts " == *" latency "* ]]; then
+declare -A res
+echo "Latency (ms), the enrich flow in append mode; floor = bare consumer of the input topic, same run, same window"
+echo "  table: e2eLatencyMs (Kafka timestamp -> commit); sink: the same to the commit of its outbox rows (\"to commit\"),"
+echo "  and to the receipt of the output message by a read_committed consumer of the sink's topic (\"to consumer\")"
+printf '  %-22s %-6s %9s %9s %9s %9s %9s %9s %11s %8s\n' "case" "round" "P50" "P99" "floor P50" "floor P99" "commit P50" "commit P99" "P99 - floor" "samples"
+for rate in $rates; do
+  for r in $(seq "$rounds"); do
+    order="table sink"; [ $((r % 2)) -eq 0 ] && order="sink table"
+    for kind in $order; do
+      name="${kind:0:1}${rate}_$r"; intopic="${kind:0:1}${rate}_$r"
+      if [ "$kind" = table ]; then o="out_$name"; else o="o${rate}_$r"; fi
+      make_flow "$kind" "$name" "$intopic" "$o" "4 seconds"
+      wait_running "$name"
+      wait_relay "$name"
+      tools/kafka_floor --bootstrap "$boot" --topic "$intopic" --duration 13 --out "$dir/floor_$name.txt" > "$dir/floor_$name.json" &
+      fpid=$!
+      while ! grep -q ready "$dir/floor_$name.json" 2>/dev/null; do sleep 0.05; done
+      if [ "$kind" = sink ]; then
+        tools/kafka_floor --bootstrap "$boot" --topic "$o" --duration 14 --payload-ts src_ts \
+          -X isolation.level=read_committed --out "$dir/cons_$name.txt" > "$dir/cons_$name.json" &
+        cpid=$!
+        while ! grep -q ready "$dir/cons_$name.json" 2>/dev/null; do sleep 0.05; done
+        if [ -n "${SINK_PERF:-}" ]; then
+          perf record -g -o "$SINK_PERF/$name.data" -p "$(sql -c "SELECT pid FROM sdp.flow_status WHERE flow = '$name'")" \
+            -- sleep 6 >/dev/null 2>&1 &
+        fi
+      fi
+      t0=$(date +%s.%N)
+      tools/flight_sim --bootstrap "$boot" --topic "$intopic" --aircraft 2000 --rate "$rate" --linger-ms 1 \
+        --duration 10 --quiet > /dev/null &
+      sim=$!
+      # the first progress report whose 4-second window starts after the producer did
+      until [ "$(sql -c "SELECT coalesce(extract(epoch FROM (j->>'timestamp')::timestamptz) - (j->>'intervalSeconds')::float8 >= $t0, false)
+                         FROM (SELECT sdp_flow_progress('$name') AS j) s")" = t ]; do sleep 0.1; done
+      p=$(sql -c "SELECT sdp_flow_progress('$name')")
+      wait "$sim"; wait "$fpid"
+      read -r cp50 cp99 nsamples hi len < <(sql -c "SELECT concat_ws(' ',
+          j->'latencies'->'e2eLatencyMs'->>'P50', j->'latencies'->'e2eLatencyMs'->>'P99',
+          j->'latencies'->'e2eLatencyMs'->>'samples',
+          extract(epoch FROM (j->>'timestamp')::timestamptz) * 1000, (j->>'intervalSeconds')::float8 * 1000)
+        FROM (SELECT '$p'::jsonb AS j) s")
+      lo=$(echo "$hi - $len" | bc -l)
+      read -r fp50 fp99 fn < <(pct "$dir/floor_$name.txt" "$lo" "$hi")
+      if [ "$kind" = sink ]; then
+        wait "$cpid"
+        read -r sp50 sp99 sn < <(pct "$dir/cons_$name.txt" "$lo" "$hi")
+        label="sink $rate/s"
+      else
+        sp50=$cp50; sp99=$cp99; sn=$nsamples; cp50=-; cp99=-
+        label="table $rate/s"
+      fi
+      d=$(echo "$sp99 - $fp99" | bc -l)
+      printf '  %-22s %-6s %9.3f %9.3f %9.3f %9.3f %9s %9s %11.3f %8d\n' "$label" "$r" "$sp50" "$sp99" "$fp50" "$fp99" "$cp50" "$cp99" "$d" "$sn"
+      res[$kind$rate.p50]="${res[$kind$rate.p50]:-} $sp50"; res[$kind$rate.p99]="${res[$kind$rate.p99]:-} $sp99"
+      res[$kind$rate.f50]="${res[$kind$rate.f50]:-} $fp50"; res[$kind$rate.f99]="${res[$kind$rate.f99]:-} $fp99"
+      res[$kind$rate.d]="${res[$kind$rate.d]:-} $d"
+      [ "$kind" = sink ] && res[$kind$rate.c99]="${res[$kind$rate.c99]:-} $cp99"
+      sql -c "SELECT sdp_stop_flow('$name')" >/dev/null
+      drop_flow "$name" "$kind"
+    done
+  done
+done
+echo
+echo "Medians over the rounds (ms)"
+printf '  %-22s %9s %9s %9s %9s %11s %14s\n' "case" "P50" "P99" "floor P50" "floor P99" "P99 - floor" "sink commit P99"
+for rate in $rates; do
+  for kind in table sink; do
+    printf '  %-22s %9.3f %9.3f %9.3f %9.3f %11.3f %14s\n' "$kind $rate/s" \
+      "$(echo "${res[$kind$rate.p50]}" | median)" "$(echo "${res[$kind$rate.p99]}" | median)" \
+      "$(echo "${res[$kind$rate.f50]}" | median)" "$(echo "${res[$kind$rate.f99]}" | median)" \
+      "$(echo "${res[$kind$rate.d]}" | median)" "$( [ "$kind" = sink ] && echo "${res[$kind$rate.c99]}" | median || echo -)"
+  done
+done
+echo
+fi
+
+if [[ " $parts " == *" throughput "* ]]; then
+tools/flight_sim --bootstrap "$boot" --topic tput --aircraft "$n" --count "$n" --rate 0 --quiet > /dev/null
+declare -A cpu rate batch
+for r in $(seq "$runs"); do
+  order="table sink"; [ $((r % 2)) -eq 0 ] && order="sink table"
+  for kind in $order; do
+    name="tput_${kind}_$r"
+    if [ "$kind" = table ]; then o="out_$name"; else o="tput_out$r"; fi
+    make_flow "$kind" "$name" tput "$o" "1 minute" '{"starting_offsets": "earliest"}'
+    until [ "$(sql -c "SELECT coalesce(messages_read, 0) > 0 FROM sdp.flow_status WHERE flow = '$name'")" = t ]; do sleep 0.01; done
+    t0=$(now)
+    until [ "$(sql -c "SELECT coalesce(messages_read, 0) >= $n AND NOT EXISTS (SELECT FROM sdp.outbox o JOIN sdp.flows f ON f.id = o.flow_id WHERE f.name = '$name')
+                       FROM sdp.flow_status WHERE flow = '$name'")" = t ]; do
+      [ "$(sql -c "SELECT state FROM sdp.flow_status WHERE flow = '$name'")" = failed ] && { echo "flow $name failed" >&2; exit 1; }
+      sleep 0.01
+    done
+    t1=$(now)
+    pid=$(sql -c "SELECT pid FROM sdp.flow_status WHERE flow = '$name'")
+    t=$(awk '{print $14 + $15}' "/proc/$pid/stat")
+    nb=$(sql -c "SELECT batches FROM sdp.flow_status WHERE flow = '$name'")
+    cpu[$kind]="${cpu[$kind]:-} $(echo "$t * 1000000 / $ticks / $n" | bc -l)"
+    rate[$kind]="${rate[$kind]:-} $(echo "$n / ($t1 - $t0)" | bc -l)"
+    batch[$kind]="${batch[$kind]:-} $(echo "$n / $nb" | bc -l)"
+    sql -c "SELECT sdp_stop_flow('$name')" >/dev/null
+    drop_flow "$name" "$kind"
+    sleep 1
+  done
+done
+echo "Throughput: a backlog of $n events (8 partitions) drained by a new flow; medians of $runs runs"
+echo "  (sink: until its outbox is empty; CPU = user + system of the worker process, librdkafka's threads included)"
+printf '  %-34s %12s %12s %12s   %s\n' case "events/s" "CPU ms/1k" "events/batch" "runs (events/s; CPU ms/1k)"
+for kind in table sink; do
+  printf '  %-34s %12.0f %12.2f %12.0f   %s; %s\n' "enrich flow, append, to a $kind" "$(echo "${rate[$kind]}" | median)" \
+    "$(echo "${cpu[$kind]}" | median)" "$(echo "${batch[$kind]}" | median)" \
+    "$(for v in ${rate[$kind]}; do printf '%.0f ' "$v"; done)" "$(for v in ${cpu[$kind]}; do printf '%.2f ' "$v"; done)"
+done
+fi
+} | tee "$report"
+echo
+echo "saved in $report"
