@@ -11,6 +11,8 @@
 #   BURST_DETAIL=1     also one line per burst (emitted_at, rows, delay)
 #   BURST_LOG=FILE     keep the server's log there
 #   BURST_PERF=FILE    perf record -g of the flow's worker into FILE
+#   BURST_WORKERS=N    the flow in N workers (the topic has 4 partitions,
+#                      keyed by merchant: each window's rows on one)
 #   SDP_PG_BIN=DIR     use the PostgreSQL in DIR (a private copy: the
 #                      extension is installed there with its pg_config)
 #                      instead of the system's (which bench/run.sh also uses)
@@ -77,7 +79,7 @@ SELECT sdp_create_source('$1', '$boot', '$2');
 SELECT sdp_create_window_table('$3');
 SELECT sdp_create_flow('$1', source => '$1', target => '$3',
   schema => 'merchant_id text, country text, method text, status text, amount numeric, event_ts timestamptz',
-  operator => 'window_agg', options => '{"event_time": "event_ts", "idle_timeout": "2 seconds", "progress_interval": "5 seconds"}');
+  operator => 'window_agg', options => '{"event_time": "event_ts", "idle_timeout": "2 seconds", "progress_interval": "5 seconds", "workers": ${BURST_WORKERS:-1}}');
 SELECT sdp_load_aggregations('$1', \$\$[
   {"name": "payments", "group_by": ["merchant_id"], "operation": "count", "window_size": "$4", "allowance": "200 ms"},
   {"name": "approved_volume", "group_by": ["merchant_id", "country"], "operation": "sum", "value": "amount",
