@@ -16,7 +16,13 @@
  * a sink reads).
  *
  *   kafka_floor --bootstrap ADDR --topic T --duration SECONDS [--out FILE]
- *               [--payload-ts FIELD] [-X prop=value]...
+ *               [--payload-ts FIELD] [--relay-to TOPIC] [-X prop=value]...
+ *
+ * With --relay-to TOPIC it also produces every message it reads to TOPIC
+ * (same key, value and timestamp; linger 1 ms, acks=all, idempotent), as a
+ * bare consume-and-produce pipe would: a second kafka_floor reading TOPIC
+ * then times two trips through Kafka, the floor of a flow whose output goes
+ * back to Kafka (a sink flow).
  *
  * Writes one line per message to --out: "<timestamp ms> <latency us>" (the
  * Kafka timestamp, or FIELD's), and prints a JSON summary (count, P50, P99
@@ -105,6 +111,8 @@ main(int argc, char **argv)
 	const char *topic = NULL;
 	const char *out_path = NULL;
 	const char *ts_field = NULL;
+	const char *relay_topic = NULL;
+	rd_kafka_t *relay = NULL;
 	double		duration = 10;
 	rd_kafka_conf_t *conf = rd_kafka_conf_new();
 	rd_kafka_t *rk;
@@ -138,6 +146,8 @@ main(int argc, char **argv)
 			out_path = argv[++i];
 		else if (strcmp(argv[i], "--payload-ts") == 0 && i + 1 < argc)
 			ts_field = argv[++i];
+		else if (strcmp(argv[i], "--relay-to") == 0 && i + 1 < argc)
+			relay_topic = argv[++i];
 		else if (strcmp(argv[i], "-X") == 0 && i + 1 < argc)
 		{
 			char	   *kv = strdup(argv[++i]);
@@ -153,7 +163,7 @@ main(int argc, char **argv)
 		}
 		else
 		{
-			fprintf(stderr, "usage: kafka_floor --bootstrap ADDR --topic T --duration S [--out FILE] [--payload-ts FIELD] [-X prop=value]...\n");
+			fprintf(stderr, "usage: kafka_floor --bootstrap ADDR --topic T --duration S [--out FILE] [--payload-ts FIELD] [--relay-to TOPIC] [-X prop=value]...\n");
 			return 2;
 		}
 	}
@@ -173,6 +183,22 @@ main(int argc, char **argv)
 		return 1;
 	}
 	rd_kafka_poll_set_consumer(rk);
+	if (relay_topic)
+	{
+		rd_kafka_conf_t *pconf = rd_kafka_conf_new();
+
+		conf_set(pconf, "bootstrap.servers", bootstrap);
+		conf_set(pconf, "linger.ms", "1");
+		conf_set(pconf, "acks", "all");
+		conf_set(pconf, "enable.idempotence", "true");
+		conf_set(pconf, "socket.nagle.disable", "true");
+		relay = rd_kafka_new(RD_KAFKA_PRODUCER, pconf, err, sizeof(err));
+		if (relay == NULL)
+		{
+			fprintf(stderr, "kafka_floor: %s\n", err);
+			return 1;
+		}
+	}
 	rkt = rd_kafka_topic_new(rk, topic, NULL);
 	if (rd_kafka_metadata(rk, 0, rkt, &md, 10000) != RD_KAFKA_RESP_ERR_NO_ERROR ||
 		md->topic_cnt != 1 || md->topics[0].err)
@@ -205,9 +231,20 @@ main(int argc, char **argv)
 		int64_t		received,
 					ts;
 
+		if (relay)
+			rd_kafka_poll(relay, 0);
 		if (m == NULL)
 			continue;
 		received = now_us();
+		if (relay && m->err == RD_KAFKA_RESP_ERR_NO_ERROR)
+			(void) rd_kafka_producev(relay,
+									 RD_KAFKA_V_TOPIC(relay_topic),
+									 RD_KAFKA_V_PARTITION(m->partition),
+									 RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+									 RD_KAFKA_V_KEY(m->key, m->key_len),
+									 RD_KAFKA_V_VALUE(m->payload, m->len),
+									 RD_KAFKA_V_TIMESTAMP(rd_kafka_message_timestamp(m, NULL)),
+									 RD_KAFKA_V_END);
 		if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR &&
 			(ts = ts_field ? payload_ts(m, ts_field) : rd_kafka_message_timestamp(m, NULL)) > 0)
 		{
@@ -231,5 +268,10 @@ main(int argc, char **argv)
 		   n ? lat[(size_t) ((n * 99 + 99) / 100) - 1] / 1000.0 : 0.0);
 	rd_kafka_consumer_close(rk);
 	rd_kafka_destroy(rk);
+	if (relay)
+	{
+		rd_kafka_flush(relay, 5000);
+		rd_kafka_destroy(relay);
+	}
 	return 0;
 }
