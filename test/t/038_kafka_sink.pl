@@ -55,7 +55,7 @@ SdpKafka::kcat_produce(bootstrap => $boot, topic => 'small', messages => [
 my $total = 50000;
 my $producer = SdpKafka::start_flightsim(
 	bootstrap => $boot, topic => 'raw-flights',
-	# idempotent: a retry across the broker outage must not put an input in twice
+	# idempotent, which makes repeats across the broker outage rarer, not impossible (below)
 	args => [ '--count', $total, '--rate', 4000, '--seed', 38, '--aircraft', 300, '-X', 'enable.idempotence=true' ]);
 
 sub produced { SdpTest::query($node, 'SELECT count(*) FROM back') }
