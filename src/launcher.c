@@ -772,6 +772,8 @@ launcher_prune_dead_letters(void)
 	PG_END_TRY();
 	error_context_stack = errcb.previous;
 	MemoryContextSwitchTo(cxt);
+	/* a background worker's table counts reach autovacuum only when it reports them */
+	pgstat_report_stat(true);
 
 	if (more)
 		next_prune_at = now;	/* more to delete: go on after the next reconciliation */

@@ -729,6 +729,16 @@ periodic_work(FlowWorker *w, TimestampTz now)
 		w->next_broker_probe = TimestampTzPlusMilliseconds(now, SDP_BROKER_PROBE_MS);
 		w->next_partition_refresh = TimestampTzPlusMilliseconds(now, SDP_PARTITION_REFRESH_MS);
 	}
+
+	/*
+	 * The rows this worker inserted, updated and deleted are counted in its
+	 * own memory until reported: a backend reports them when idle, a
+	 * background worker only when it asks (at most once a second without
+	 * force).  Unreported, autovacuum never sees a flow's target, the
+	 * outbox or the offsets change, never vacuums nor analyzes them, and
+	 * queries on a live target are planned without statistics.
+	 */
+	pgstat_report_stat(false);
 }
 
 /*

@@ -1,7 +1,8 @@
 # A flow's worker keeps its memory flat: under a steady stream, the worker's
 # own memory (RssAnon) after 40,000 more messages is what it was after
 # warm-up, give or take allocator noise.  A leak of even 100 bytes per
-# message would show as 4 MB.
+# message would show as 4 MB.  And the tables it writes are seen by
+# autovacuum while it runs (their counts reported).
 use strict;
 use warnings FATAL => 'all';
 use lib 'test/perl';
@@ -62,5 +63,20 @@ for my $flow (sort keys %pid)
 	diag("$flow: RssAnon $before{$flow} kB after warm-up, $after kB after $read more messages");
 	ok($before{$flow} > 0 && $growth < 4096, "$flow: its own memory grew by $growth kB, less than 4 MB");
 }
+
+# A background worker's table counts reach the statistics (and so
+# autovacuum, autoanalyze and the planner) only when it reports them: a flow
+# that never did left its target, the outbox and the offsets unvacuumed for
+# as long as it ran.  The flows are still running here: every row they
+# upserted into positions is counted, and the offsets they wrote.
+ok($node->poll_query_until('postgres',
+		"SELECT n_live_tup = (SELECT count(*) FROM positions) AND n_live_tup > 0 AND n_tup_upd > 0
+		   FROM pg_stat_user_tables WHERE relid = 'positions'::regclass"),
+	'positions: the running flow\'s rows are counted in pg_stat_user_tables (live rows exactly)');
+is(SdpTest::query($node,
+		"SELECT n_tup_ins + n_tup_upd > 0 FROM pg_stat_user_tables WHERE relid = 'sdp.offsets'::regclass"),
+	't', 'sdp.offsets: the running flows\' offset writes are counted');
+is(SdpTest::query($node, "SELECT count(*) FROM sdp.flow_status WHERE state = 'running'"),
+	'2', 'both flows still running when their counts were read');
 
 done_testing();
