@@ -13,6 +13,15 @@
 #   BURST_PERF=FILE    perf record -g of the flow's worker into FILE
 #   BURST_WORKERS=N    the flow in N workers (the topic has 4 partitions,
 #                      keyed by merchant: each window's rows on one)
+#   BURST_COPY=0       without the COPY floor: after the flow stops, the
+#                      rows of its last 10 full bursts are COPYed back, one
+#                      burst per COPY (synchronous_commit off, as the flow
+#                      commits), into a copy of the window table holding
+#                      every earlier row, with the producer and (at 1,000
+#                      merchants, unless BURST_PGBENCH=0) pgbench running
+#                      again as they ran beside the flow: what PostgreSQL
+#                      itself takes to write and commit a burst's rows here,
+#                      without computing them
 #   SDP_PG_BIN=DIR     use the PostgreSQL in DIR (a private copy: the
 #                      extension is installed there with its pg_config)
 #                      instead of the system's (which bench/run.sh also uses)
@@ -95,6 +104,45 @@ wait_running() {  # flow
   while [ "$(sql -c "SELECT count(*) = 1 FROM sdp.flow_status WHERE flow = '$1' AND state = 'running' AND partitions IS NOT NULL")" != t ]; do sleep 0.1; done
 }
 
+# The write floor of a burst: the flow's last 10 full bursts COPYed back,
+# one COPY (one transaction) per burst, into a copy of the table holding
+# every earlier row, under the load that ran beside the flow.
+copy_floor() {  # flow merchants
+  local f=$1 m=$2 t=${1}_copy i=0 times=() e
+  mapfile -t bursts < <(sql -c "SELECT emitted_at FROM ${f}_windows GROUP BY emitted_at
+      HAVING count(*) >= $m * 4 ORDER BY emitted_at DESC LIMIT 10" | sort)
+  [ ${#bursts[@]} -gt 0 ] || return 0
+  sql -c "CREATE TABLE $t (LIKE ${f}_windows INCLUDING ALL)"
+  sql -c "INSERT INTO $t SELECT * FROM ${f}_windows WHERE emitted_at < '${bursts[0]}'"
+  sql -c "VACUUM ANALYZE $t"
+  for e in "${bursts[@]}"; do
+    i=$((i + 1))
+    sql -c "COPY (SELECT * FROM ${f}_windows WHERE emitted_at = '$e') TO '$dir/burst$i.csv' (FORMAT csv)"
+  done
+  tools/payment_sim --bootstrap "$boot" --topic "$f" --merchants "$m" --rate 5000 \
+    --duration 18 --event-time now --linger-ms 1 --quiet > /dev/null &
+  local sim=$!
+  local bench=
+  if [ "$m" = 1000 ] && [ "${BURST_PGBENCH:-1}" = 1 ]; then
+    sed "s/FROM ${f}_windows/FROM $t/" "$dir/read.sql" > "$dir/read_copy.sql"
+    sdp_as_postgres pgbench -n -h "$dir" -p "$port" -U postgres -c 1 -T 15 -f "$dir/read_copy.sql" postgres > /dev/null 2>&1 &
+    bench=$!
+  fi
+  sleep 3
+  for ((i = 1; i <= ${#bursts[@]}; i++)); do
+    times+=("$(sql -c 'SET synchronous_commit = off' -c '\timing on' -c "COPY $t FROM '$dir/burst$i.csv' (FORMAT csv)" |
+      sed -n 's/^Time: \([0-9.]*\) ms.*/\1/p')")
+    sleep 0.5
+  done
+  kill "$sim" 2>/dev/null
+  wait "$sim" 2>/dev/null || true
+  [ -n "$bench" ] && { wait "$bench" 2>/dev/null || true; }
+  [ "${BURST_DETAIL:-0}" = 1 ] && echo "    COPY of each burst, ms: ${times[*]}"
+  printf '%s\n' "${times[@]}" | sort -n | awk -v m="$m" '{t[NR] = $1} END {
+      printf "  %-62s %.1f / %.1f ms (%d bursts)\n",
+        "COPY of one burst'"'"'s rows (the floor), " m " merchants, median / max", t[int((NR + 1) / 2)], t[NR], NR}'
+}
+
 for merchants in $merchants_list; do
   f=paylive$merchants
   make_payments_flow "$f" "$f" "${f}_windows" "1 second"
@@ -128,6 +176,9 @@ PGB
             FROM ${f}_windows) s")
   printf '  %-62s %s / %s ms (%s rows; max %s ms; %s bursts)\n' \
     "window finalized -> committed, $merchants merchants x 5, P50 / P99" "$d50" "$d99" "$dn" "$dmax" "$nb"
+  if [ "${BURST_COPY:-1}" = 1 ]; then
+    copy_floor "$f" "$merchants"
+  fi
   if [ "${BURST_DETAIL:-0}" = 1 ]; then
     sql -c "SELECT to_char(emitted_at, 'HH24:MI:SS.MS'), count(*), count(DISTINCT xmin::text),
                    round(min(extract(epoch FROM pg_xact_commit_timestamp(xmin) - emitted_at) * 1000)::numeric, 1),
