@@ -13,7 +13,12 @@
  * The relay runs in the flow's worker between batches: it produces the
  * outbox rows in seq order, in Kafka transactions of a transactional
  * producer whose transactional.id is the flow's (a restarted worker fences
- * its predecessor on a real cluster), then deletes them.  Every message
+ * its predecessor on a real cluster), then deletes them.  At start and
+ * after an error it does so the blocking way (kafka_relay_drain: the flow
+ * consumes nothing meanwhile); otherwise without waiting for Kafka
+ * (kafka_relay_pump): it produces a round, the flow goes on consuming, and
+ * a later call commits the transaction once every message is acknowledged;
+ * the next batch's transaction deletes the rows (kafka_relay_delete_in_batch).  Every message
  * carries headers sdp-flow (the flow's id) and sdp-seq (the row's seq), and
  * goes to a partition the relay computes from its key (librdkafka's
  * consistent partitioner: CRC32 of the key; keyless rows by seq).  The
@@ -81,6 +86,7 @@
 #define RELAY_TIMEOUT_MS	2000
 #define RELAY_READBACK		1000	/* offsets read back at a time, from a partition's end */
 #define RELAY_IDLE_DELETE_MS	100 /* produced rows no batch deleted go after this long */
+#define RELAY_APPEND_MS		5	/* a transaction takes more rows while this young */
 
 #ifdef SDP_RELAY_TIMING
 /*
@@ -173,6 +179,8 @@ struct KafkaRelay
 	bool		in_txn;			/* rows produced, commit pending */
 	bool		aborting;		/* the transaction failed: abort pending */
 	int64		txn_last_seq;	/* the last seq of the open transaction */
+	TimestampTz txn_begun_at;	/* when the open transaction began */
+	TimestampTz txn_produced_at;	/* when its last rows were produced */
 	TimestampTz txn_deadline;	/* its acknowledgements are awaited until then */
 	int64		produced_upto;	/* rows up to this seq are in a committed or the open transaction */
 	int64		committed_upto; /* rows up to this seq are committed to Kafka */
@@ -980,8 +988,9 @@ relay_await_delivery(KafkaRelay *r)
 }
 
 /*
- * Produce the next outbox rows in a transaction (begun here, committed by
- * the caller).  Returns the number of rows, 0 when the outbox is empty.
+ * Produce the next outbox rows in a transaction (begun here unless one is
+ * open, committed by the caller).  Returns the number of rows, 0 when the
+ * outbox holds none that is not produced.
  */
 static int
 relay_produce(KafkaRelay *r, bool await, char **error)
@@ -1042,10 +1051,14 @@ relay_produce(KafkaRelay *r, bool await, char **error)
 	RT_END(RT_WALFLUSH);
 
 	RT_BEGIN(RT_PRODUCE);
-	kerr = rd_kafka_begin_transaction(r->rk);
-	if (kerr)
-		return relay_failed(r, "begin_transaction", kerr, error) ? 0 : -1;
-	r->in_txn = true;
+	if (!r->in_txn)
+	{
+		kerr = rd_kafka_begin_transaction(r->rk);
+		if (kerr)
+			return relay_failed(r, "begin_transaction", kerr, error) ? 0 : -1;
+		r->in_txn = true;
+		r->txn_begun_at = GetCurrentTimestamp();
+	}
 	for (int i = 0; i < n; i++)
 	{
 		char		seq_text[24];
@@ -1080,7 +1093,8 @@ relay_produce(KafkaRelay *r, bool await, char **error)
 	}
 	r->txn_last_seq = seqs[n - 1];
 	r->produced_upto = r->txn_last_seq;
-	r->txn_deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), RELAY_TIMEOUT_MS);
+	r->txn_produced_at = GetCurrentTimestamp();
+	r->txn_deadline = TimestampTzPlusMilliseconds(r->txn_produced_at, RELAY_TIMEOUT_MS);
 	RT_END(RT_PRODUCE);
 	if (await)
 	{
@@ -1163,9 +1177,10 @@ relay_committed(KafkaRelay *r)
 /*
  * The relay between batches, without waiting for Kafka (the flow consumes
  * while its last rows are acknowledged and committed): if a transaction is
- * open, commit it once every message is acknowledged; then, if the outbox
- * may hold rows not produced yet (*pending) and no transaction is open,
- * produce the next of them in a new transaction, left open.  Clears
+ * open, commit it once every message is acknowledged, or else add the rows
+ * committed since to it while it is young; then, if the outbox may hold
+ * rows not produced yet (*pending) and no transaction is open, produce the
+ * next of them in a new transaction, left open.  Clears
  * *pending when the outbox holds no row that is not produced.  Returns
  * false with the reason in *error when the sink cannot be written: the
  * caller then drains with kafka_relay_drain, which goes on from where this
@@ -1193,10 +1208,30 @@ kafka_relay_pump(KafkaRelay *r, bool *pending, char **error)
 	}
 	if (r->in_txn)
 	{
+		TimestampTz now;
+
 		/* wakes the broker threads, serves the delivery reports */
 		(void) rd_kafka_flush(r->rk, 0);
-		if (rd_kafka_outq_len(r->rk) > 0 && GetCurrentTimestamp() < r->txn_deadline)
+		now = GetCurrentTimestamp();
+		if (rd_kafka_outq_len(r->rk) > 0 && now < r->txn_deadline)
+		{
+			/*
+			 * Messages not acknowledged yet: rows committed since go into
+			 * the same transaction, while it is young, rather than wait
+			 * for its commit.  It commits once they are all acknowledged:
+			 * a transaction that keeps growing under a steady input
+			 * commits RELAY_APPEND_MS after it began, plus a round trip.
+			 */
+			if (*pending && now < TimestampTzPlusMilliseconds(r->txn_begun_at, RELAY_APPEND_MS))
+			{
+				n = relay_produce(r, false, error);
+				if (n < 0)
+					return false;
+				*pending = n == RELAY_ROWS_PER_TXN;
+			}
 			return true;
+		}
+		RT_VALUE(RT_ACKS, now - r->txn_produced_at);
 		/* every message acknowledged (or the deadline passed: the commit fails and says why) */
 		RT_BEGIN(RT_COMMIT);
 		if ((kerr = rd_kafka_commit_transaction(r->rk, RELAY_TIMEOUT_MS)) != NULL)
