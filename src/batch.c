@@ -736,6 +736,9 @@ attempt(FlowWorker *w, Batch *b, bool isolate, char **fail_message)
 			sdp_write_moved_offsets(w, b->next);
 		else
 			sdp_stateful_checkpoint_if_due(w, b);
+		/* a sink flow: the rows its relay has committed to Kafka go with this batch */
+		if (w->relay)
+			kafka_relay_delete_in_batch(w->relay);
 	}
 
 	PopActiveSnapshot();

@@ -13,7 +13,12 @@
  * The relay runs in the flow's worker between batches: it produces the
  * outbox rows in seq order, in Kafka transactions of a transactional
  * producer whose transactional.id is the flow's (a restarted worker fences
- * its predecessor on a real cluster), then deletes them.  Every message
+ * its predecessor on a real cluster), then deletes them.  At start and
+ * after an error it does so the blocking way (kafka_relay_drain: the flow
+ * consumes nothing meanwhile); otherwise without waiting for Kafka
+ * (kafka_relay_pump): it produces a round, the flow goes on consuming, and
+ * a later call commits the transaction once every message is acknowledged;
+ * the next batch's transaction deletes the rows (kafka_relay_delete_in_batch).  Every message
  * carries headers sdp-flow (the flow's id) and sdp-seq (the row's seq), and
  * goes to a partition the relay computes from its key (librdkafka's
  * consistent partitioner: CRC32 of the key; keyless rows by seq).  The
@@ -80,6 +85,66 @@
 #define RELAY_ROWS_PER_TXN	10000
 #define RELAY_TIMEOUT_MS	2000
 #define RELAY_READBACK		1000	/* offsets read back at a time, from a partition's end */
+#define RELAY_IDLE_DELETE_MS	100 /* produced rows no batch deleted go after this long */
+#define RELAY_APPEND_MS		5	/* a transaction takes more rows while this young */
+
+#ifdef SDP_RELAY_TIMING
+/*
+ * Measurement only (build with -DSDP_RELAY_TIMING): the time of each phase
+ * of the relay's rounds, logged every 5 seconds as count, mean, P50, P99
+ * and max in microseconds.
+ */
+#define RT_SAMPLES 8192
+static const char *const rt_names[RT_NPHASES] = {
+	"outbox read", "WAL flush", "begin+produce", "acks", "commit_transaction", "delete",
+	"rows/round", "consumption stopped", "relay calls", "batch",
+};
+static int64 rt_samples[RT_NPHASES][RT_SAMPLES];
+static int	rt_n[RT_NPHASES];
+static int64 rt_total[RT_NPHASES];
+static TimestampTz rt_next_report;
+TimestampTz kafka_relay_timing_started[RT_NPHASES];
+
+static int
+rt_cmp(const void *a, const void *b)
+{
+	int64		x = *(const int64 *) a,
+				y = *(const int64 *) b;
+
+	return x < y ? -1 : x > y;
+}
+
+void
+kafka_relay_timing_note(int phase, int64 us)
+{
+	TimestampTz now = GetCurrentTimestamp();
+
+	if (rt_n[phase] < RT_SAMPLES)
+		rt_samples[phase][rt_n[phase]] = us;
+	rt_n[phase]++;
+	rt_total[phase] += us;
+	if (rt_next_report == 0)
+		rt_next_report = TimestampTzPlusMilliseconds(now, 5000);
+	if (now < rt_next_report)
+		return;
+	rt_next_report = TimestampTzPlusMilliseconds(now, 5000);
+	for (int i = 0; i < RT_NPHASES; i++)
+	{
+		int			n = Min(rt_n[i], RT_SAMPLES);
+
+		if (n == 0)
+			continue;
+		qsort(rt_samples[i], n, sizeof(int64), rt_cmp);
+		elog(LOG, "relay timing: %-20s n %6d mean %8.1f P50 %7lld P99 %7lld max %7lld total %9lld",
+			 rt_names[i], rt_n[i], (double) rt_total[i] / rt_n[i],
+			 (long long) rt_samples[i][(n * 50 + 99) / 100 - 1],
+			 (long long) rt_samples[i][(n * 99 + 99) / 100 - 1],
+			 (long long) rt_samples[i][n - 1], (long long) rt_total[i]);
+		rt_n[i] = 0;
+		rt_total[i] = 0;
+	}
+}
+#endif
 
 /* Properties the relay sets itself. */
 static const char *const reserved_sink_properties[] = {
@@ -114,12 +179,20 @@ struct KafkaRelay
 	bool		in_txn;			/* rows produced, commit pending */
 	bool		aborting;		/* the transaction failed: abort pending */
 	int64		txn_last_seq;	/* the last seq of the open transaction */
+	TimestampTz txn_begun_at;	/* when the open transaction began */
+	TimestampTz txn_produced_at;	/* when its last rows were produced */
+	TimestampTz txn_deadline;	/* its acknowledgements are awaited until then */
+	int64		produced_upto;	/* rows up to this seq are in a committed or the open transaction */
+	int64		committed_upto; /* rows up to this seq are committed to Kafka */
+	TimestampTz committed_at;	/* when the last transaction committed */
+	int64		deleting_upto;	/* the batch transaction under way deletes rows up to this seq */
 	int64		deleted_upto;	/* rows up to this seq are produced and deleted (0: none known) */
 	bool		flushed_earlier;	/* the WAL of rows earlier workers left is flushed (first round) */
 	int			npartitions;
 };
 
 static void relay_destroy_producer(KafkaRelay *r);
+static void relay_committed(KafkaRelay *r);
 static const char *relay_rows(KafkaRelay *r, Oid *types, Datum *values);
 static void outbox_begin(void);
 static void outbox_end(void);
@@ -812,6 +885,12 @@ relay_recover(KafkaRelay *r, char **error)
 	r->npartitions = md->topics[0].partition_cnt;
 	rd_kafka_metadata_destroy(md);
 
+	/*
+	 * What the open transaction held (it aborted, or it is unknown whether
+	 * it committed) is produced again unless the read-back finds it.
+	 */
+	r->produced_upto = r->committed_upto;
+
 	/* the relay's rows, and the partitions they go to */
 	outbox_begin();
 	outbox_execute(psprintf("SELECT seq, key FROM sdp.outbox WHERE %s ORDER BY seq", mine), 2, types, values, true);
@@ -829,7 +908,10 @@ relay_recover(KafkaRelay *r, char **error)
 	}
 	outbox_end();
 	if (npending == 0)
+	{
+		r->deleted_upto = Max(r->deleted_upto, r->committed_upto);
 		return true;
+	}
 
 	wanted = palloc0(sizeof(bool) * r->npartitions);
 	for (int i = 0; i < npending; i++)
@@ -870,6 +952,8 @@ relay_recover(KafkaRelay *r, char **error)
 		outbox_execute(psprintf("DELETE FROM sdp.outbox WHERE %s AND seq = ANY ($3)", mine), 3, types, values, false);
 		outbox_end();
 	}
+	/* the committed rows were found produced, and are deleted */
+	r->deleted_upto = Max(r->deleted_upto, r->committed_upto);
 	ereport(LOG,
 			(errmsg("sdp flow \"%s\": worker %d's outbox holds %d rows, %d of them already in topic \"%s\" (%d of its %d partitions read back)",
 					r->flow_name, r->worker, npending, nproduced, r->def.topic, nread, r->npartitions)));
@@ -904,11 +988,12 @@ relay_await_delivery(KafkaRelay *r)
 }
 
 /*
- * Produce the next outbox rows in a transaction (begun here, committed by
- * the caller).  Returns the number of rows, 0 when the outbox is empty.
+ * Produce the next outbox rows in a transaction (begun here unless one is
+ * open, committed by the caller).  Returns the number of rows, 0 when the
+ * outbox holds none that is not produced.
  */
 static int
-relay_produce(KafkaRelay *r, char **error)
+relay_produce(KafkaRelay *r, bool await, char **error)
 {
 	MemoryContext oldcxt;
 	Oid			types[3];
@@ -920,10 +1005,11 @@ relay_produce(KafkaRelay *r, char **error)
 	char	  **keys;
 	char	  **vals;
 
+	RT_BEGIN(RT_SELECT);
 	MemoryContextReset(r->cxt);
 	outbox_begin();
 	types[2] = INT8OID;
-	values[2] = Int64GetDatum(r->deleted_upto);
+	values[2] = Int64GetDatum(Max(r->produced_upto, r->deleted_upto));
 	outbox_execute(psprintf("SELECT seq, key, value FROM sdp.outbox WHERE %s AND seq > $3 ORDER BY seq LIMIT %d",
 							mine, RELAY_ROWS_PER_TXN), 3, types, values, true);
 	n = (int) SPI_processed;
@@ -943,6 +1029,8 @@ relay_produce(KafkaRelay *r, char **error)
 	outbox_end();
 	if (n == 0)
 		return 0;
+	RT_END(RT_SELECT);
+	RT_VALUE(RT_ROWS, n);
 
 	/*
 	 * The batches these rows come from are durable before any of them is
@@ -952,6 +1040,7 @@ relay_produce(KafkaRelay *r, char **error)
 	 * new, and its last commit record covers them (cheaper: not other
 	 * sessions' WAL).
 	 */
+	RT_BEGIN(RT_WALFLUSH);
 	if (!r->flushed_earlier)
 	{
 		flush_inserted_wal();
@@ -959,11 +1048,17 @@ relay_produce(KafkaRelay *r, char **error)
 	}
 	else
 		XLogFlush(XactLastCommitEnd);
+	RT_END(RT_WALFLUSH);
 
-	kerr = rd_kafka_begin_transaction(r->rk);
-	if (kerr)
-		return relay_failed(r, "begin_transaction", kerr, error) ? 0 : -1;
-	r->in_txn = true;
+	RT_BEGIN(RT_PRODUCE);
+	if (!r->in_txn)
+	{
+		kerr = rd_kafka_begin_transaction(r->rk);
+		if (kerr)
+			return relay_failed(r, "begin_transaction", kerr, error) ? 0 : -1;
+		r->in_txn = true;
+		r->txn_begun_at = GetCurrentTimestamp();
+	}
 	for (int i = 0; i < n; i++)
 	{
 		char		seq_text[24];
@@ -997,7 +1092,16 @@ relay_produce(KafkaRelay *r, char **error)
 		}
 	}
 	r->txn_last_seq = seqs[n - 1];
-	relay_await_delivery(r);
+	r->produced_upto = r->txn_last_seq;
+	r->txn_produced_at = GetCurrentTimestamp();
+	r->txn_deadline = TimestampTzPlusMilliseconds(r->txn_produced_at, RELAY_TIMEOUT_MS);
+	RT_END(RT_PRODUCE);
+	if (await)
+	{
+		RT_BEGIN(RT_ACKS);
+		relay_await_delivery(r);
+		RT_END(RT_ACKS);
+	}
 	return n;
 }
 
@@ -1035,22 +1139,195 @@ kafka_relay_drain(KafkaRelay *r, char **error)
 		}
 		if (r->in_txn)
 		{
+			RT_BEGIN(RT_COMMIT);
 			if ((kerr = rd_kafka_commit_transaction(r->rk, RELAY_TIMEOUT_MS)) != NULL)
 				return relay_failed(r, "commit_transaction", kerr, error);
-			r->in_txn = false;
-			outbox_delete_upto(r, r->txn_last_seq);
+			RT_END(RT_COMMIT);
+			relay_committed(r);
+			RT_BEGIN(RT_DELETE);
+			outbox_delete_upto(r, r->committed_upto);
+			RT_END(RT_DELETE);
 			continue;
 		}
+		if (r->committed_upto > r->deleted_upto)
+			outbox_delete_upto(r, r->committed_upto);
 		if (!r->recovered)
 		{
 			if (!relay_recover(r, error))
 				return false;
 			r->recovered = true;
 		}
-		n = relay_produce(r, error);
+		n = relay_produce(r, true, error);
 		if (n < 0)
 			return false;
 		if (n == 0)
 			return true;
 	}
+}
+
+/* The open transaction committed. */
+static void
+relay_committed(KafkaRelay *r)
+{
+	r->in_txn = false;
+	r->committed_upto = r->txn_last_seq;
+	r->committed_at = GetCurrentTimestamp();
+}
+
+/*
+ * The relay between batches, without waiting for Kafka (the flow consumes
+ * while its last rows are acknowledged and committed): if a transaction is
+ * open, commit it once every message is acknowledged, or else add the rows
+ * committed since to it while it is young; then, if the outbox may hold
+ * rows not produced yet (*pending) and no transaction is open, produce the
+ * next of them in a new transaction, left open.  Clears
+ * *pending when the outbox holds no row that is not produced.  Returns
+ * false with the reason in *error when the sink cannot be written: the
+ * caller then drains with kafka_relay_drain, which goes on from where this
+ * stood.  The produced rows are deleted later, by the next batch's
+ * transaction (kafka_relay_delete_in_batch) or when the flow is idle
+ * (kafka_relay_delete_committed).
+ *
+ * Exactly once as with kafka_relay_drain: at most one transaction open,
+ * rows produced in seq order, each once its batch's commit is flushed, and
+ * deleted only once their transaction committed.
+ */
+bool
+kafka_relay_pump(KafkaRelay *r, bool *pending, char **error)
+{
+	rd_kafka_error_t *kerr;
+	int			n;
+
+	if (r->rk == NULL || !r->initialized || r->aborting || !r->recovered)
+	{
+		/* the relay starts or recovers: the blocking way */
+		if (!kafka_relay_drain(r, error))
+			return false;
+		*pending = false;
+		return true;
+	}
+	if (r->in_txn)
+	{
+		TimestampTz now;
+
+		/* wakes the broker threads, serves the delivery reports */
+		(void) rd_kafka_flush(r->rk, 0);
+		now = GetCurrentTimestamp();
+		if (rd_kafka_outq_len(r->rk) > 0 && now < r->txn_deadline)
+		{
+			/*
+			 * Messages not acknowledged yet: rows committed since go into
+			 * the same transaction, while it is young, rather than wait
+			 * for its commit.  It commits once they are all acknowledged:
+			 * a transaction that keeps growing under a steady input
+			 * commits RELAY_APPEND_MS after it began, plus a round trip.
+			 */
+			if (*pending && now < TimestampTzPlusMilliseconds(r->txn_begun_at, RELAY_APPEND_MS))
+			{
+				n = relay_produce(r, false, error);
+				if (n < 0)
+					return false;
+				*pending = n == RELAY_ROWS_PER_TXN;
+			}
+			return true;
+		}
+		RT_VALUE(RT_ACKS, now - r->txn_produced_at);
+		/* every message acknowledged (or the deadline passed: the commit fails and says why) */
+		RT_BEGIN(RT_COMMIT);
+		if ((kerr = rd_kafka_commit_transaction(r->rk, RELAY_TIMEOUT_MS)) != NULL)
+			return relay_failed(r, "commit_transaction", kerr, error);
+		RT_END(RT_COMMIT);
+		relay_committed(r);
+	}
+	if (!*pending)
+		return true;
+	n = relay_produce(r, false, error);
+	if (n < 0)
+		return false;
+	*pending = n == RELAY_ROWS_PER_TXN;
+	return true;
+}
+
+/* Whether the relay has a transaction open, produced and not yet committed. */
+bool
+kafka_relay_busy(KafkaRelay *r)
+{
+	return r->in_txn;
+}
+
+/*
+ * In the flow's batch transaction (SPI connected): delete the rows whose
+ * Kafka transaction committed.  Rolled back with the batch; the deletion
+ * is the relay's only once kafka_relay_batch_committed says the batch
+ * committed.  A crash that loses it leaves rows that the read-back finds
+ * produced.
+ */
+void
+kafka_relay_delete_in_batch(KafkaRelay *r)
+{
+	Oid			types[4];
+	Datum		values[4];
+	const char *mine;
+
+	r->deleting_upto = 0;
+	if (r->committed_upto <= r->deleted_upto)
+		return;
+	mine = relay_rows(r, types, values);
+	types[2] = INT8OID;
+	values[2] = Int64GetDatum(r->deleted_upto);
+	types[3] = INT8OID;
+	values[3] = Int64GetDatum(r->committed_upto);
+	RT_BEGIN(RT_DELETE);
+	outbox_execute(psprintf("DELETE FROM sdp.outbox WHERE %s AND seq > $3 AND seq <= $4", mine), 4, types, values, false);
+	RT_END(RT_DELETE);
+	r->deleting_upto = r->committed_upto;
+}
+
+/* The batch transaction committed: its deletion of produced rows with it. */
+void
+kafka_relay_batch_committed(KafkaRelay *r)
+{
+	if (r->deleting_upto > r->deleted_upto)
+		r->deleted_upto = r->deleting_upto;
+	r->deleting_upto = 0;
+}
+
+/*
+ * When the rows of committed transactions that no batch deleted are to be
+ * deleted by kafka_relay_delete_committed (the flow is idle), 0 when there
+ * are none.  Other workers wait at their start for them to go.
+ */
+TimestampTz
+kafka_relay_delete_due(KafkaRelay *r)
+{
+	if (r->committed_upto <= r->deleted_upto)
+		return 0;
+	return TimestampTzPlusMilliseconds(r->committed_at, RELAY_IDLE_DELETE_MS);
+}
+
+/* Delete the rows of committed transactions, in a transaction of its own. */
+void
+kafka_relay_delete_committed(KafkaRelay *r)
+{
+	if (r->committed_upto > r->deleted_upto)
+		outbox_delete_upto(r, r->committed_upto);
+}
+
+/*
+ * The flow stops: commit the open transaction, if any, rather than leave
+ * it open until the transaction timeout (a real cluster's read_committed
+ * consumers of its partitions would wait for it).  Errors are ignored: the
+ * next relay of the rows reads the topic back.
+ */
+void
+kafka_relay_finish(KafkaRelay *r)
+{
+	rd_kafka_error_t *kerr;
+
+	if (r->rk == NULL || !r->in_txn)
+		return;
+	if ((kerr = rd_kafka_commit_transaction(r->rk, RELAY_TIMEOUT_MS)) != NULL)
+		rd_kafka_error_destroy(kerr);
+	else
+		relay_committed(r);
 }

@@ -10,6 +10,7 @@
 
 #include "access/htup.h"
 #include "access/tupdesc.h"
+#include "datatype/timestamp.h"
 #include "nodes/pg_list.h"
 
 typedef struct KafkaRelay KafkaRelay;
@@ -30,5 +31,30 @@ extern void kafka_relay_destroy(KafkaRelay *r);
 extern List *kafka_relay_orphans(int64 flow_id, int nworkers, int worker_no, int64 *max_seq);
 extern bool kafka_relay_others_pending(KafkaRelay *r, int64 upto);
 extern bool kafka_relay_drain(KafkaRelay *r, char **error);
+extern bool kafka_relay_pump(KafkaRelay *r, bool *pending, char **error);
+extern bool kafka_relay_busy(KafkaRelay *r);
+extern void kafka_relay_delete_in_batch(KafkaRelay *r);
+extern void kafka_relay_batch_committed(KafkaRelay *r);
+extern TimestampTz kafka_relay_delete_due(KafkaRelay *r);
+extern void kafka_relay_delete_committed(KafkaRelay *r);
+extern void kafka_relay_finish(KafkaRelay *r);
+
+#ifdef SDP_RELAY_TIMING
+/* measurement only: phases of the relay's rounds (kafka_sink.c) */
+enum
+{
+	RT_SELECT, RT_WALFLUSH, RT_PRODUCE, RT_ACKS, RT_COMMIT, RT_DELETE, RT_ROWS, RT_STALL, RT_CALLS, RT_BATCH,
+	RT_NPHASES
+};
+extern void kafka_relay_timing_note(int phase, int64 us);
+extern TimestampTz kafka_relay_timing_started[RT_NPHASES];
+#define RT_BEGIN(phase) (kafka_relay_timing_started[phase] = GetCurrentTimestamp())
+#define RT_END(phase) kafka_relay_timing_note((phase), GetCurrentTimestamp() - kafka_relay_timing_started[phase])
+#define RT_VALUE(phase, x) kafka_relay_timing_note((phase), (x))
+#else
+#define RT_BEGIN(phase) ((void) 0)
+#define RT_END(phase) ((void) 0)
+#define RT_VALUE(phase, x) ((void) 0)
+#endif
 
 #endif							/* SDP_KAFKA_SINK_H */

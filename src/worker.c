@@ -163,6 +163,7 @@ sdp_flow_worker_main(Datum main_arg)
 		w->relay = kafka_relay_create(&w->sink_def, w->args.flow_id, w->args.name,
 									  w->outbox_tagged ? w->args.worker_no : 0, w->outbox_tagged);
 		w->relay_pending = true;	/* what an earlier worker left in the outbox */
+		w->relay_draining = true;	/* before the worker consumes */
 		/*
 		 * Rows that workers of an earlier layout with more workers left:
 		 * relayed by worker k % nworkers, under worker k's transactional.id,
@@ -777,6 +778,9 @@ worker_check_stop_request(FlowWorker *w)
 	if (stop)
 	{
 		ereport(LOG, (errmsg("sdp flow \"%s\" stopping at the launcher's request", w->args.name)));
+		/* the sink's transaction in flight, if any, is committed rather than left open */
+		if (w->relay)
+			kafka_relay_finish(w->relay);
 		worker_exit_expected(w);
 	}
 }
@@ -883,8 +887,12 @@ worker_run_batch(FlowWorker *w, Batch *b)
 			case SDP_BATCH_COMMITTED:
 				w->error_backoff_ms = 0;
 				sdp_batch_account(w, b);
-				if (w->relay && b->rows_written > 0)
-					w->relay_pending = true;
+				if (w->relay)
+				{
+					kafka_relay_batch_committed(w->relay);
+					if (b->rows_written > 0)
+						w->relay_pending = true;
+				}
 				/* the error of a retry, or of an earlier worker of the flow, is over */
 				if (retried)
 					worker_set_state(w, SDP_FLOW_RUNNING, true);
@@ -1089,6 +1097,34 @@ worker_relay(FlowWorker *w)
 	return done;
 }
 
+/*
+ * Between batches: the relay goes on without waiting for Kafka
+ * (kafka_relay_pump): it commits its open transaction once the sink
+ * acknowledged every message, and produces the rows committed since in the
+ * next one, while the flow consumes.  When the sink cannot be written, the
+ * flow relays the blocking way (worker_relay), consuming nothing until the
+ * outbox is drained.
+ */
+static bool
+worker_relay_pump(FlowWorker *w)
+{
+	char	   *error = NULL;
+	MemoryContext oldcxt = MemoryContextSwitchTo(w->batch_cxt);
+	bool		ok;
+
+	RT_BEGIN(RT_CALLS);
+	ok = kafka_relay_pump(w->relay, &w->relay_pending, &error);
+	RT_END(RT_CALLS);
+	MemoryContextSwitchTo(oldcxt);
+	if (!ok)
+	{
+		ereport(LOG, (errmsg("sdp flow \"%s\": %s, relaying before consuming again", w->args.name, error)));
+		w->relay_draining = true;
+	}
+	MemoryContextReset(w->batch_cxt);
+	return ok;
+}
+
 static void
 worker_loop(FlowWorker *w)
 {
@@ -1114,11 +1150,14 @@ worker_loop(FlowWorker *w)
 		}
 		if (w->op)
 			sdp_stateful_reload_if_changed(w);
-		if (w->relay_pending)
+		if (w->relay_draining)
 		{
+			RT_BEGIN(RT_STALL);
 			if (!worker_relay(w))
 				continue;
+			RT_END(RT_STALL);
 			w->relay_pending = false;
+			w->relay_draining = false;
 		}
 		if (w->relay_wait_seq > 0)
 		{
@@ -1136,6 +1175,8 @@ worker_loop(FlowWorker *w)
 			}
 			w->relay_wait_seq = 0;
 		}
+		if (w->relay && (w->relay_pending || kafka_relay_busy(w->relay)) && !worker_relay_pump(w))
+			continue;
 
 		n = worker_poll(w);
 		now = GetCurrentTimestamp();
@@ -1149,7 +1190,10 @@ worker_loop(FlowWorker *w)
 			batch.nmsgs = n;
 			batch.msgs = w->poll_buf;
 			batch.read_us = sdp_unix_now_us();
+			RT_BEGIN(RT_BATCH);
 			worker_run_batch(w, &batch);
+			if (w->relay)
+				RT_END(RT_BATCH);
 			n = batch.nmsgs;	/* a retried batch may have grown */
 			for (int i = 0; i < n; i++)
 				rd_kafka_message_destroy(w->poll_buf[i]);
@@ -1162,6 +1206,15 @@ worker_loop(FlowWorker *w)
 		if (n == 0)
 			wake_fetcher_if_behind(w);
 
+		/* idle: the produced rows that no batch deleted go (other workers wait for them at their start) */
+		if (n == 0 && w->relay)
+		{
+			TimestampTz due = kafka_relay_delete_due(w->relay);
+
+			if (due != 0 && due <= now)
+				kafka_relay_delete_committed(w->relay);
+		}
+
 		if (n == 0)
 		{
 			/* Nothing arrived: sleep until a message, the latch, or the next periodic work. */
@@ -1173,6 +1226,16 @@ worker_loop(FlowWorker *w)
 			if (kafka_source_is_down(w->kafka))
 				next = Min(next, w->next_broker_probe);
 			next = Min(next, w->next_partition_refresh);
+			if (w->relay)
+			{
+				TimestampTz due = kafka_relay_delete_due(w->relay);
+
+				if (due != 0)
+					next = Min(next, due);
+				/* a transaction in flight: look at its acknowledgements every millisecond */
+				if (w->relay_pending || kafka_relay_busy(w->relay))
+					next = Min(next, TimestampTzPlusMilliseconds(now, 1));
+			}
 			if (WaitEventSetWait(w->wait_set, ms_until(now, next), &event, 1, PG_WAIT_EXTENSION) > 0 &&
 				(event.events & WL_LATCH_SET))
 				ResetLatch(MyLatch);

@@ -146,7 +146,8 @@ typedef struct FlowWorker
 	bool		outbox_tagged;	/* sdp.outbox has column worker (0.5) */
 	TupleDesc	emitted_desc;	/* a stateful sink flow: the operator's rows (blessed) */
 	int			sink_key_attno; /* ... and the sink_key column in them, 0: none */
-	bool		relay_pending;	/* the outbox may hold rows */
+	bool		relay_pending;	/* the outbox may hold rows not produced */
+	bool		relay_draining; /* relay the blocking way (kafka_relay_drain): at start, after an error */
 	int64		relay_wait_seq; /* at start: other workers' rows up to this seq go first, 0: none */
 	int			relay_backoff_ms;	/* the relay could not write the sink: wait this long */
 

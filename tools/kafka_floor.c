@@ -31,11 +31,14 @@
 #define _GNU_SOURCE
 #include <librdkafka/rdkafka.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#define MAX_PROPS 32
 
 static volatile sig_atomic_t stop_requested = 0;
 
@@ -125,6 +128,8 @@ main(int argc, char **argv)
 	size_t		n = 0,
 				cap = 0;
 	int64_t		end_us;
+	const char *pprops[MAX_PROPS][2];
+	int			nprops = 0;
 
 	conf_set(conf, "group.id", "sdp_ext.kafka_floor");
 	conf_set(conf, "enable.auto.commit", "false");
@@ -148,18 +153,30 @@ main(int argc, char **argv)
 			ts_field = argv[++i];
 		else if (strcmp(argv[i], "--relay-to") == 0 && i + 1 < argc)
 			relay_topic = argv[++i];
-		else if (strcmp(argv[i], "-X") == 0 && i + 1 < argc)
+		else if ((strcmp(argv[i], "-X") == 0 || strcmp(argv[i], "-P") == 0) && i + 1 < argc)
 		{
+			bool		producer = argv[i][1] == 'P';
 			char	   *kv = strdup(argv[++i]);
 			char	   *eq = strchr(kv, '=');
 
 			if (eq == NULL)
 			{
-				fprintf(stderr, "kafka_floor: -X needs prop=value\n");
+				fprintf(stderr, "kafka_floor: %s needs prop=value\n", producer ? "-P" : "-X");
 				return 2;
 			}
 			*eq = '\0';
-			conf_set(conf, kv, eq + 1);
+			if (producer)
+			{
+				if (nprops == MAX_PROPS)
+				{
+					fprintf(stderr, "kafka_floor: too many -P\n");
+					return 2;
+				}
+				pprops[nprops][0] = kv;
+				pprops[nprops++][1] = eq + 1;
+			}
+			else
+				conf_set(conf, kv, eq + 1);
 		}
 		else
 		{
@@ -192,6 +209,8 @@ main(int argc, char **argv)
 		conf_set(pconf, "acks", "all");
 		conf_set(pconf, "enable.idempotence", "true");
 		conf_set(pconf, "socket.nagle.disable", "true");
+		for (int i = 0; i < nprops; i++)
+			conf_set(pconf, pprops[i][0], pprops[i][1]);
 		relay = rd_kafka_new(RD_KAFKA_PRODUCER, pconf, err, sizeof(err));
 		if (relay == NULL)
 		{
