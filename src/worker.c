@@ -210,8 +210,21 @@ static void
 worker_on_exit(int code, Datum arg)
 {
 	SdpFlowSlot *slot = W->slot;
-	TimestampTz now = GetCurrentTimestamp();
+	TimestampTz now;
 
+	/*
+	 * A sink's Kafka transaction left open would hold back the
+	 * read_committed consumers of its partitions until the transaction
+	 * times out (librdkafka does not end it when the producer is
+	 * destroyed).  Its rows are durable in the outbox, so committing it is
+	 * safe; if that fails, the next relay reads the topic back.  A stop or
+	 * a drop ends the worker here (SIGTERM), usually between batches while
+	 * a transaction awaits its acknowledgements.
+	 */
+	if (W->relay)
+		kafka_relay_finish(W->relay);
+
+	now = GetCurrentTimestamp();
 	SpinLockAcquire(&slot->mutex);
 	slot->pid = 0;
 	slot->latch = NULL;
@@ -778,10 +791,7 @@ worker_check_stop_request(FlowWorker *w)
 	if (stop)
 	{
 		ereport(LOG, (errmsg("sdp flow \"%s\" stopping at the launcher's request", w->args.name)));
-		/* the sink's transaction in flight, if any, is committed rather than left open */
-		if (w->relay)
-			kafka_relay_finish(w->relay);
-		worker_exit_expected(w);
+		worker_exit_expected(w);	/* worker_on_exit commits a sink's open transaction */
 	}
 }
 
