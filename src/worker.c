@@ -16,7 +16,6 @@
  */
 #include "worker.h"
 
-#include <malloc.h>
 #include <time.h>
 
 #include "access/relation.h"
@@ -64,9 +63,6 @@
 
 static FlowWorker *W = NULL;
 
-/* allocations from this size on are mapped, and unmapped when freed */
-#define SDP_MALLOC_MMAP_THRESHOLD (32 * 1024 * 1024)
-
 static void worker_on_exit(int code, Datum arg);
 static void worker_load_flow(FlowWorker *w);
 static void worker_open_source(FlowWorker *w);
@@ -102,17 +98,6 @@ sdp_flow_worker_main(Datum main_arg)
 	w->slot = &SdpShmem->slots[w->args.slotno];
 	w->flow_cxt = AllocSetContextCreate(TopMemoryContext, "sdp flow", ALLOCSET_DEFAULT_SIZES);
 	w->batch_cxt = AllocSetContextCreate(TopMemoryContext, "sdp batch", ALLOCSET_DEFAULT_SIZES);
-
-	/*
-	 * Every batch allocates and frees about the same memory (its messages
-	 * and rows, the executor's, the transaction's).  With glibc's adaptive
-	 * thresholds, the blocks a batch freed were unmapped or trimmed and the
-	 * next batch faulted them in again, page by page.  Fixed thresholds
-	 * keep them for reuse: the worker's memory stays at what its largest
-	 * batches took.
-	 */
-	mallopt(M_MMAP_THRESHOLD, SDP_MALLOC_MMAP_THRESHOLD);
-	mallopt(M_TRIM_THRESHOLD, 2 * SDP_MALLOC_MMAP_THRESHOLD);
 
 	/* Publish our pid; from here on our exit is reported to the launcher. */
 	now = GetCurrentTimestamp();
