@@ -41,6 +41,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/common.sh
+. bench/server.sh
 
 n=${1:-150000}; runs=${2:-3}
 port=${BENCH_PORT:-5493}
@@ -57,43 +58,19 @@ if [ -n "${CPU_AB:-}" ]; then
   cp "$pkglib/sdp_ext.so" /tmp/sdp_ext.cpu_installed.so
 fi
 
-dir=$(mktemp -d /tmp/sdp_cpu.XXXXXX)
-sdp_as_root chown postgres:postgres "$dir"
-pids=()
-cleanup() {
-  set +e
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
-  wait 2>/dev/null
-  [ -f "$dir/pg/postmaster.pid" ] && sdp_as_postgres pg_ctl -D "$dir/pg" -m fast stop >/dev/null 2>&1
-  [ -n "${CPU_AB:-}" ] && sdp_as_root cp /tmp/sdp_ext.cpu_installed.so "$pkglib/sdp_ext.so"
-  sdp_as_root rm -rf "$dir"
-}
-trap cleanup EXIT
-
-sdp_as_postgres initdb -D "$dir/pg" -A trust -U postgres >/dev/null
-cat >> "$dir/pg/postgresql.conf" <<CONF
-shared_preload_libraries = 'sdp_ext'
-sdp.database = 'postgres'
-port = $port
-listen_addresses = ''
-unix_socket_directories = '$dir'
-shared_buffers = '512MB'
-max_wal_size = '8GB'
-checkpoint_timeout = '30min'
-max_worker_processes = 16
-CONF
+bench_server cpu
+[ -n "${CPU_AB:-}" ] && bench_on_exit='sdp_as_root cp /tmp/sdp_ext.cpu_installed.so "$pkglib/sdp_ext.so"'
 [ -n "${CPU_AB:-}" ] && sdp_as_root cp "${sos[0]}" "$pkglib/sdp_ext.so"
-sdp_as_postgres pg_ctl -D "$dir/pg" -l "$dir/postgres.log" -w start >/dev/null
+bench_start
 # use_build A|B|cur: the server runs that build of sdp_ext (restarted when it changes)
 current=${builds[0]}
 use_build() {
   [ "$1" = "$current" ] && return 0
-  sdp_as_postgres pg_ctl -D "$dir/pg" -m fast -w stop >/dev/null
+  bench_stop
   if [ "$1" = A ]; then sdp_as_root cp "${sos[0]}" "$pkglib/sdp_ext.so"; else sdp_as_root cp "${sos[1]}" "$pkglib/sdp_ext.so"; fi
-  sdp_as_postgres pg_ctl -D "$dir/pg" -l "$dir/postgres.log" -w start >/dev/null
+  bench_start
   current=$1
 }
-sql() { sdp_as_postgres psql -X -q -At -h "$dir" -p "$port" -U postgres -d postgres "$@"; }
 median() { tr ' ' '\n' | grep -v '^$' | sort -n | awk '{v[NR]=$1} END {print (NR % 2) ? v[(NR+1)/2] : (v[NR/2] + v[NR/2+1]) / 2}'; }
 
 tools/sdp_broker --topic pos:8 --topic pay:8 --addr-file "$dir/broker.addr" --quiet > "$dir/broker.log" 2>&1 &

@@ -25,6 +25,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/common.sh
+. bench/server.sh
 
 a=$(readlink -f "$1"); b=$(readlink -f "$2"); runs=${3:-5}; n=${4:-200000}
 mode=${AB_MODE:-upsert}
@@ -38,36 +39,13 @@ pkglib=$("$SDP_PG_BIN/pg_config" --pkglibdir)
 cp "$pkglib/sdp_ext.so" /tmp/sdp_ext.installed.so
 ticks=$(getconf CLK_TCK)
 
-dir=$(mktemp -d /tmp/sdp_cpu_ab.XXXXXX)
-sdp_as_root chown postgres:postgres "$dir"
-pids=()
-cleanup() {
-  set +e
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
-  wait 2>/dev/null
-  [ -f "$dir/pg/postmaster.pid" ] && sdp_as_postgres pg_ctl -D "$dir/pg" -m fast stop >/dev/null 2>&1
-  sdp_as_root cp /tmp/sdp_ext.installed.so "$pkglib/sdp_ext.so"
-  sdp_as_root rm -rf "$dir"
-}
-trap cleanup EXIT
-
-sdp_as_postgres initdb -D "$dir/pg" -A trust -U postgres >/dev/null
-cat >> "$dir/pg/postgresql.conf" <<CONF
-shared_preload_libraries = 'sdp_ext'
-sdp.database = 'postgres'
-port = $port
-listen_addresses = ''
-unix_socket_directories = '$dir'
-shared_buffers = '512MB'
-max_wal_size = '8GB'
-checkpoint_timeout = '30min'
-CONF
-sql() { sdp_as_postgres psql -X -q -At -h "$dir" -p "$port" -U postgres -d postgres "$@"; }
+bench_server cpu_ab
+bench_on_exit='sdp_as_root cp /tmp/sdp_ext.installed.so "$pkglib/sdp_ext.so"'
 start_with() {  # .so
   sdp_as_root cp "$1" "$pkglib/sdp_ext.so"
-  sdp_as_postgres pg_ctl -D "$dir/pg" -l "$dir/postgres.log" -w start >/dev/null
+  bench_start
 }
-stop_pg() { sdp_as_postgres pg_ctl -D "$dir/pg" -m fast -w stop >/dev/null; }
+stop_pg() { bench_stop; }
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 
 tools/sdp_broker --topic ab:16 --addr-file "$dir/broker.addr" --quiet > "$dir/broker.log" 2>&1 &

@@ -30,6 +30,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/common.sh
+. bench/server.sh
 
 quick=${1:-}
 TPUT_N=300000; TPUT2_N=300000; RATES="1000 10000 50000"; MEM_RATE=5000; MEM_SECONDS=120
@@ -40,33 +41,8 @@ port=${BENCH_PORT:-5489}
 sdp_install_packages bc
 sdp_build_install
 
-dir=$(mktemp -d /tmp/sdp_bench.XXXXXX)
-sdp_as_root chown postgres:postgres "$dir"
-pids=()
-cleanup() {
-  set +e
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
-  wait 2>/dev/null
-  [ -f "$dir/pg/postmaster.pid" ] && sdp_as_postgres pg_ctl -D "$dir/pg" -m fast stop >/dev/null 2>&1
-  sdp_as_root rm -rf "$dir"
-}
-trap cleanup EXIT
-
-sdp_as_postgres initdb -D "$dir/pg" -A trust -U postgres >/dev/null
-cat >> "$dir/pg/postgresql.conf" <<CONF
-shared_preload_libraries = 'sdp_ext'
-sdp.database = 'postgres'
-port = $port
-listen_addresses = ''
-unix_socket_directories = '$dir'
-shared_buffers = '512MB'
-max_wal_size = '8GB'
-checkpoint_timeout = '30min'
-max_worker_processes = 16
-track_commit_timestamp = on
-CONF
-sdp_as_postgres pg_ctl -D "$dir/pg" -l "$dir/postgres.log" -w start >/dev/null
-sql() { sdp_as_postgres psql -X -q -At -h "$dir" -p "$port" -U postgres -d postgres "$@"; }
+bench_server bench 'track_commit_timestamp = on'
+bench_start
 
 tools/sdp_broker --topic tput:32 --topic tput2:16 --topic lat1000:4 --topic lat10000:4 \
   --topic lat50000:4 --topic both:4 --topic mem:8 --topic pay:16 --topic paylive20:4 --topic paylive100:4 --topic paylive1000:4 --topic sinkin:4 --topic sinkout:4 --addr-file "$dir/broker.addr" --quiet > "$dir/broker.log" 2>&1 &

@@ -52,6 +52,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/common.sh
+. bench/server.sh
 
 rates=${SINK_RATES:-1000 10000}
 rounds=${SINK_ROUNDS:-3}
@@ -70,35 +71,9 @@ else
 fi
 ticks=$(getconf CLK_TCK)
 
-dir=$(mktemp -d /tmp/sdp_sink.XXXXXX)
-sdp_as_root chown postgres:postgres "$dir"
-pids=()
-cleanup() {
-  set +e
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
-  wait 2>/dev/null
-  [ -f "$dir/pg/postmaster.pid" ] && sdp_as_postgres pg_ctl -D "$dir/pg" -m fast stop >/dev/null 2>&1
-  [ -n "${SINK_LOG:-}" ] && cp "$dir/postgres.log" "$SINK_LOG"
-  sdp_as_root rm -rf "$dir"
-}
-trap cleanup EXIT
-
-# the server settings of bench/run.sh
-sdp_as_postgres initdb -D "$dir/pg" -A trust -U postgres >/dev/null
-cat >> "$dir/pg/postgresql.conf" <<CONF
-shared_preload_libraries = 'sdp_ext'
-sdp.database = 'postgres'
-port = $port
-listen_addresses = ''
-unix_socket_directories = '$dir'
-shared_buffers = '512MB'
-max_wal_size = '8GB'
-checkpoint_timeout = '30min'
-max_worker_processes = 16
-track_commit_timestamp = on
-CONF
-sdp_as_postgres pg_ctl -D "$dir/pg" -l "$dir/postgres.log" -w start >/dev/null
-sql() { sdp_as_postgres psql -X -q -At -h "$dir" -p "$port" -U postgres -d postgres "$@"; }
+bench_server sink 'track_commit_timestamp = on'
+[ -n "${SINK_LOG:-}" ] && bench_on_exit='cp "$dir/postgres.log" "$SINK_LOG"'
+bench_start
 median() { tr ' ' '\n' | grep -v '^$' | sort -n | awk '{v[NR]=$1} END {if (NR == 0) print "nan"; else print (NR % 2) ? v[(NR+1)/2] : (v[NR/2] + v[NR/2+1]) / 2}'; }
 now() { date +%s.%N; }
 

@@ -29,6 +29,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/common.sh
+. bench/server.sh
 
 merchants_list=${*:-1000}
 seconds=${BURST_SECONDS:-30}
@@ -43,35 +44,9 @@ else
   make -s install PG_CONFIG="$SDP_PG_BIN/pg_config" >/dev/null
 fi
 
-dir=$(mktemp -d /tmp/sdp_burst.XXXXXX)
-sdp_as_root chown postgres:postgres "$dir"
-pids=()
-cleanup() {
-  set +e
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
-  wait 2>/dev/null
-  [ -f "$dir/pg/postmaster.pid" ] && sdp_as_postgres pg_ctl -D "$dir/pg" -m fast stop >/dev/null 2>&1
-  [ -n "${BURST_LOG:-}" ] && cp "$dir/postgres.log" "$BURST_LOG"
-  sdp_as_root rm -rf "$dir"
-}
-trap cleanup EXIT
-
-# the server settings of bench/run.sh
-sdp_as_postgres initdb -D "$dir/pg" -A trust -U postgres >/dev/null
-cat >> "$dir/pg/postgresql.conf" <<CONF
-shared_preload_libraries = 'sdp_ext'
-sdp.database = 'postgres'
-port = $port
-listen_addresses = ''
-unix_socket_directories = '$dir'
-shared_buffers = '512MB'
-max_wal_size = '8GB'
-checkpoint_timeout = '30min'
-max_worker_processes = 16
-track_commit_timestamp = on
-CONF
-sdp_as_postgres pg_ctl -D "$dir/pg" -l "$dir/postgres.log" -w start >/dev/null
-sql() { sdp_as_postgres psql -X -q -At -h "$dir" -p "$port" -U postgres -d postgres "$@"; }
+bench_server burst 'track_commit_timestamp = on'
+[ -n "${BURST_LOG:-}" ] && bench_on_exit='cp "$dir/postgres.log" "$BURST_LOG"'
+bench_start
 
 topics=()
 for m in $merchants_list; do topics+=(--topic "paylive$m:4"); done

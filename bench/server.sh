@@ -1,0 +1,48 @@
+# bench/server.sh: the throwaway server every benchmark script runs on
+# (sourced after scripts/common.sh).
+#
+#   bench_server NAME [CONF]   makes $dir (/tmp/sdp_NAME.XXXXXX, the
+#       postgres user's), runs initdb in $dir/pg with the benchmarks'
+#       settings (shared_preload_libraries, port $port, a socket in $dir
+#       only, 512 MB of shared buffers, no checkpoint during a run, 16
+#       worker processes) plus the lines CONF, and sets the exit trap.  The
+#       server is not started.
+#   bench_start, bench_stop    start or stop it (log: $dir/postgres.log)
+#   sql ARGS...                psql on it, as postgres, quiet, unaligned
+#   pids+=($!)                 background processes the exit kills
+#   bench_on_exit              a command the exit runs before $dir goes
+#                              (e.g. to copy the log, or put a build back)
+
+bench_server() {  # name [extra postgresql.conf lines]
+  dir=$(mktemp -d "/tmp/sdp_$1.XXXXXX")
+  sdp_as_root chown postgres:postgres "$dir"
+  pids=()
+  trap bench_cleanup EXIT
+  sdp_as_postgres initdb -D "$dir/pg" -A trust -U postgres >/dev/null
+  cat >> "$dir/pg/postgresql.conf" <<CONF
+shared_preload_libraries = 'sdp_ext'
+sdp.database = 'postgres'
+port = $port
+listen_addresses = ''
+unix_socket_directories = '$dir'
+shared_buffers = '512MB'
+max_wal_size = '8GB'
+checkpoint_timeout = '30min'
+max_worker_processes = 16
+${2:-}
+CONF
+}
+
+bench_start() { sdp_as_postgres pg_ctl -D "$dir/pg" -l "$dir/postgres.log" -w start >/dev/null; }
+bench_stop() { sdp_as_postgres pg_ctl -D "$dir/pg" -m fast -w stop >/dev/null; }
+
+sql() { sdp_as_postgres psql -X -q -At -h "$dir" -p "$port" -U postgres -d postgres "$@"; }
+
+bench_cleanup() {
+  set +e
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
+  wait 2>/dev/null
+  [ -f "$dir/pg/postmaster.pid" ] && sdp_as_postgres pg_ctl -D "$dir/pg" -m fast stop >/dev/null 2>&1
+  [ -n "${bench_on_exit:-}" ] && eval "$bench_on_exit"
+  sdp_as_root rm -rf "$dir"
+}
