@@ -228,24 +228,6 @@ sql -c "SELECT sdp_stop_flow('mem_positions'), sdp_stop_flow('mem_zones')" >/dev
 echo
 
 # 5. window_agg
-make_payments_flow() {  # name topic table window
-  sql >/dev/null <<SQL
-SELECT sdp_create_source('$1', '$boot', '$2');
-SELECT sdp_create_window_table('$3');
-SELECT sdp_create_flow('$1', source => '$1', target => '$3',
-  schema => 'merchant_id text, country text, method text, status text, amount numeric, event_ts timestamptz',
-  operator => 'window_agg', options => '{"event_time": "event_ts", "idle_timeout": "2 seconds", "progress_interval": "5 seconds"}');
-SELECT sdp_load_aggregations('$1', \$\$[
-  {"name": "payments", "group_by": ["merchant_id"], "operation": "count", "window_size": "$4", "allowance": "200 ms"},
-  {"name": "approved_volume", "group_by": ["merchant_id", "country"], "operation": "sum", "value": "amount",
-   "filter": "status = 'approved'", "window_size": "$4", "allowance": "200 ms"},
-  {"name": "avg_ticket", "group_by": ["merchant_id"], "operation": "avg", "value": "amount", "window_size": "$4", "allowance": "200 ms"},
-  {"name": "rejection_ratio", "group_by": ["merchant_id"], "operation": "ratio", "filter": "status = 'rejected'",
-   "denominator_filter": "true", "window_size": "$4", "allowance": "200 ms"},
-  {"name": "countries", "group_by": ["merchant_id"], "operation": "approx_distinct", "value": "country",
-   "window_size": "$4", "allowance": "200 ms"}]\$\$);
-SQL
-}
 echo "window_agg: 5 aggregations (count, sum, avg, ratio, approx_distinct) per merchant"
 make_payments_flow pay pay pay_windows "1 minute"
 wait_running pay 1

@@ -12,6 +12,12 @@
 #   pids+=($!)                 background processes the exit kills
 #   bench_on_exit              a command the exit runs before $dir goes
 #                              (e.g. to copy the log, or put a build back)
+#
+# And the flow both run.sh (section 5) and window_burst.sh measure:
+#   make_payments_flow NAME TOPIC TABLE WINDOW [WORKERS]   a source NAME on
+#       TOPIC of the broker at $boot, a window table TABLE, and a window_agg
+#       flow NAME over payment_sim's events with 5 aggregations per merchant
+#       (count, sum, avg, ratio, approx_distinct) of WINDOW, allowance 200 ms
 
 bench_server() {  # name [extra postgresql.conf lines]
   dir=$(mktemp -d "/tmp/sdp_$1.XXXXXX")
@@ -45,4 +51,23 @@ bench_cleanup() {
   [ -f "$dir/pg/postmaster.pid" ] && sdp_as_postgres pg_ctl -D "$dir/pg" -m fast stop >/dev/null 2>&1
   [ -n "${bench_on_exit:-}" ] && eval "$bench_on_exit"
   sdp_as_root rm -rf "$dir"
+}
+
+make_payments_flow() {  # name topic table window [workers]
+  sql >/dev/null <<SQL
+SELECT sdp_create_source('$1', '$boot', '$2');
+SELECT sdp_create_window_table('$3');
+SELECT sdp_create_flow('$1', source => '$1', target => '$3',
+  schema => 'merchant_id text, country text, method text, status text, amount numeric, event_ts timestamptz',
+  operator => 'window_agg', options => '{"event_time": "event_ts", "idle_timeout": "2 seconds", "progress_interval": "5 seconds", "workers": ${5:-1}}');
+SELECT sdp_load_aggregations('$1', \$\$[
+  {"name": "payments", "group_by": ["merchant_id"], "operation": "count", "window_size": "$4", "allowance": "200 ms"},
+  {"name": "approved_volume", "group_by": ["merchant_id", "country"], "operation": "sum", "value": "amount",
+   "filter": "status = 'approved'", "window_size": "$4", "allowance": "200 ms"},
+  {"name": "avg_ticket", "group_by": ["merchant_id"], "operation": "avg", "value": "amount", "window_size": "$4", "allowance": "200 ms"},
+  {"name": "rejection_ratio", "group_by": ["merchant_id"], "operation": "ratio", "filter": "status = 'rejected'",
+   "denominator_filter": "true", "window_size": "$4", "allowance": "200 ms"},
+  {"name": "countries", "group_by": ["merchant_id"], "operation": "approx_distinct", "value": "country",
+   "window_size": "$4", "allowance": "200 ms"}]\$\$);
+SQL
 }

@@ -56,25 +56,6 @@ for _ in $(seq 100); do [ -s "$dir/broker.addr" ] && break; sleep 0.1; done
 boot=$(cat "$dir/broker.addr")
 sql -c 'CREATE EXTENSION sdp_ext'
 
-# the flow of bench/run.sh section 5
-make_payments_flow() {  # name topic table window
-  sql >/dev/null <<SQL
-SELECT sdp_create_source('$1', '$boot', '$2');
-SELECT sdp_create_window_table('$3');
-SELECT sdp_create_flow('$1', source => '$1', target => '$3',
-  schema => 'merchant_id text, country text, method text, status text, amount numeric, event_ts timestamptz',
-  operator => 'window_agg', options => '{"event_time": "event_ts", "idle_timeout": "2 seconds", "progress_interval": "5 seconds", "workers": ${BURST_WORKERS:-1}}');
-SELECT sdp_load_aggregations('$1', \$\$[
-  {"name": "payments", "group_by": ["merchant_id"], "operation": "count", "window_size": "$4", "allowance": "200 ms"},
-  {"name": "approved_volume", "group_by": ["merchant_id", "country"], "operation": "sum", "value": "amount",
-   "filter": "status = 'approved'", "window_size": "$4", "allowance": "200 ms"},
-  {"name": "avg_ticket", "group_by": ["merchant_id"], "operation": "avg", "value": "amount", "window_size": "$4", "allowance": "200 ms"},
-  {"name": "rejection_ratio", "group_by": ["merchant_id"], "operation": "ratio", "filter": "status = 'rejected'",
-   "denominator_filter": "true", "window_size": "$4", "allowance": "200 ms"},
-  {"name": "countries", "group_by": ["merchant_id"], "operation": "approx_distinct", "value": "country",
-   "window_size": "$4", "allowance": "200 ms"}]\$\$);
-SQL
-}
 wait_running() {  # flow
   while [ "$(sql -c "SELECT count(*) = 1 FROM sdp.flow_status WHERE flow = '$1' AND state = 'running' AND partitions IS NOT NULL")" != t ]; do sleep 0.1; done
 }
@@ -120,7 +101,7 @@ copy_floor() {  # flow merchants
 
 for merchants in $merchants_list; do
   f=paylive$merchants
-  make_payments_flow "$f" "$f" "${f}_windows" "1 second"
+  make_payments_flow "$f" "$f" "${f}_windows" "1 second" "${BURST_WORKERS:-1}"
   wait_running "$f"
   if [ -n "${BURST_PERF:-}" ]; then  # perf record of the worker, to this file
     wpid=$(sql -c "SELECT pid FROM sdp.flow_status WHERE flow = '$f'")
