@@ -160,6 +160,49 @@ check_topic_name(const char *topic)
 }
 
 /*
+ * The arguments every source and sink is declared with (what: "source" or
+ * "sink"): its name, the brokers and the topic, checked.
+ */
+static void
+kafka_endpoint_arguments(FunctionCallInfo fcinfo, const char *what, char **name, char **servers, char **topic)
+{
+	sdp_require_shmem();
+	sdp_require_flow_database();
+	*name = checked_name(fcinfo, 0, what);
+	*servers = required_text(fcinfo, 1, "bootstrap_servers");
+	*topic = required_text(fcinfo, 2, "topic");
+	if ((*servers)[0] == '\0')
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("bootstrap_servers must not be empty"),
+				 errhint("Give the brokers as host:port[,host:port...].")));
+	check_topic_name(*topic);
+}
+
+/*
+ * Connected to SPI, a new source or sink (what, in its catalog table): its
+ * name refused if taken, the declaring role locked, and the first four
+ * values of its catalog row (name, bootstrap_servers, topic, options).
+ */
+static void
+kafka_endpoint_row(const char *what, const char *table, char *name, char *servers, char *topic,
+				   Jsonb *options, Datum *values)
+{
+	Oid			owner;
+	char	   *owner_name;
+
+	if (lookup_owner(table, name, &owner, &owner_name))
+		ereport(ERROR,
+				(errcode(ERRCODE_DUPLICATE_OBJECT),
+				 errmsg("%s \"%s\" already exists", what, name)));
+	lock_current_role();
+	values[0] = CStringGetTextDatum(name);
+	values[1] = CStringGetTextDatum(servers);
+	values[2] = CStringGetTextDatum(topic);
+	values[3] = options ? JsonbPGetDatum(options) : DirectFunctionCall1(jsonb_in, CStringGetDatum("{}"));
+}
+
+/*
  * sdp_create_source(name, bootstrap_servers, topic, options jsonb)
  */
 Datum
@@ -172,35 +215,14 @@ sdp_create_source(PG_FUNCTION_ARGS)
 	SdpSourceDef def;
 	Oid			argtypes[5] = {TEXTOID, TEXTOID, TEXTOID, JSONBOID, OIDOID};
 	Datum		values[5];
-	Oid			owner;
-	char	   *owner_name;
 
-	sdp_require_shmem();
-	sdp_require_flow_database();
-	name = checked_name(fcinfo, 0, "source");
-	servers = required_text(fcinfo, 1, "bootstrap_servers");
-	topic = required_text(fcinfo, 2, "topic");
-	if (servers[0] == '\0')
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("bootstrap_servers must not be empty"),
-				 errhint("Give the brokers as host:port[,host:port...].")));
-	check_topic_name(topic);
-
+	kafka_endpoint_arguments(fcinfo, "source", &name, &servers, &topic);
 	memset(&def, 0, sizeof(def));
 	sdp_parse_source_options(options, &def);
 	kafka_validate_properties(def.properties);
 
 	SPI_connect();
-	if (lookup_owner("sources", name, &owner, &owner_name))
-		ereport(ERROR,
-				(errcode(ERRCODE_DUPLICATE_OBJECT),
-				 errmsg("source \"%s\" already exists", name)));
-	lock_current_role();
-	values[0] = CStringGetTextDatum(name);
-	values[1] = CStringGetTextDatum(servers);
-	values[2] = CStringGetTextDatum(topic);
-	values[3] = options ? JsonbPGetDatum(options) : DirectFunctionCall1(jsonb_in, CStringGetDatum("{}"));
+	kafka_endpoint_row("source", "sources", name, servers, topic, options, values);
 	if (def.start_at_time_set)
 	{
 		/* stored in UTC: the workers need not share the declaring session's TimeZone */
@@ -280,35 +302,14 @@ sdp_create_sink(PG_FUNCTION_ARGS)
 	SdpSinkDef	def;
 	Oid			argtypes[5] = {TEXTOID, TEXTOID, TEXTOID, JSONBOID, OIDOID};
 	Datum		values[5];
-	Oid			owner;
-	char	   *owner_name;
 
-	sdp_require_shmem();
-	sdp_require_flow_database();
-	name = checked_name(fcinfo, 0, "sink");
-	servers = required_text(fcinfo, 1, "bootstrap_servers");
-	topic = required_text(fcinfo, 2, "topic");
-	if (servers[0] == '\0')
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("bootstrap_servers must not be empty"),
-				 errhint("Give the brokers as host:port[,host:port...].")));
-	check_topic_name(topic);
-
+	kafka_endpoint_arguments(fcinfo, "sink", &name, &servers, &topic);
 	memset(&def, 0, sizeof(def));
 	sdp_parse_sink_options(options, &def);
 	kafka_sink_validate_properties(def.properties);
 
 	SPI_connect();
-	if (lookup_owner("sinks", name, &owner, &owner_name))
-		ereport(ERROR,
-				(errcode(ERRCODE_DUPLICATE_OBJECT),
-				 errmsg("sink \"%s\" already exists", name)));
-	lock_current_role();
-	values[0] = CStringGetTextDatum(name);
-	values[1] = CStringGetTextDatum(servers);
-	values[2] = CStringGetTextDatum(topic);
-	values[3] = options ? JsonbPGetDatum(options) : DirectFunctionCall1(jsonb_in, CStringGetDatum("{}"));
+	kafka_endpoint_row("sink", "sinks", name, servers, topic, options, values);
 	values[4] = ObjectIdGetDatum(GetUserId());
 	catalog_execute(psprintf("INSERT INTO sdp.sinks (name, bootstrap_servers, topic, options, owner) "
 							 "VALUES ($1, $2, $3, $4, %s)", sdp_owner_value_sql("$5")),
