@@ -97,9 +97,6 @@ report_row() {  # label report-json floor-file
 header_row() {
   printf '  %-24s %10s %10s %11s %11s %12s %14s %8s\n' "$1" "e2e P50" "e2e P99" "floor P50" "floor P99" "P99 - floor" "proc P99" "samples"
 }
-wait_running() {  # LIKE pattern, count
-  while [ "$(sql -c "SELECT count(*) = $2 FROM sdp.flow_status WHERE flow LIKE '$1' AND state = 'running' AND partitions IS NOT NULL")" != t ]; do sleep 0.1; done
-}
 start_floor() {  # topic file -> pid in floor_pid
   tools/kafka_floor --bootstrap "$boot" --topic "$1" --duration 8 --out "$2" > "$2.json" &
   floor_pid=$!
@@ -287,14 +284,7 @@ SELECT sdp_create_flow('sink10000', source => 'sinkin', sink => 'sinkout',
   options => '{"mode": "append", "sink_key": "icao24", "progress_interval": "4 seconds"}');
 SQL
 wait_running sink10000 1
-# the relay reads its topic back before the flow takes any input: not in the window
-sleep 0.5
-for _ in $(seq 300); do
-  [ "$(sql -c "SELECT coalesce(bool_and(a.query IS DISTINCT FROM 'sdp: producing to the sink'), true)
-               FROM sdp.flow_status s JOIN pg_stat_activity a ON a.pid = s.pid WHERE s.flow = 'sink10000'")" = t ] && break
-  sleep 0.1
-done
-sleep 0.5
+wait_relay sink10000
 tools/kafka_floor --bootstrap "$boot" --topic sinkin --duration 13 --out "$dir/floorsink.txt" > "$dir/floorsink.txt.json" &
 floor_pid=$!
 while ! grep -q ready "$dir/floorsink.txt.json" 2>/dev/null; do sleep 0.05; done

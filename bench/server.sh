@@ -13,6 +13,12 @@
 #   bench_on_exit              a command the exit runs before $dir goes
 #                              (e.g. to copy the log, or put a build back)
 #
+#   wait_running PATTERN [N]   until N flows (default 1) whose names are LIKE
+#                              PATTERN run with their partitions assigned
+#   wait_relay NAME            until the sink flow NAME's relay has read its
+#                              topic back (before it takes any input: not in
+#                              a measured window)
+#
 # And the flow both run.sh (section 5) and window_burst.sh measure:
 #   make_payments_flow NAME TOPIC TABLE WINDOW [WORKERS]   a source NAME on
 #       TOPIC of the broker at $boot, a window table TABLE, and a window_agg
@@ -51,6 +57,21 @@ bench_cleanup() {
   [ -f "$dir/pg/postmaster.pid" ] && sdp_as_postgres pg_ctl -D "$dir/pg" -m fast stop >/dev/null 2>&1
   [ -n "${bench_on_exit:-}" ] && eval "$bench_on_exit"
   sdp_as_root rm -rf "$dir"
+}
+
+wait_running() {  # LIKE pattern [count]
+  until [ "$(sql -c "SELECT count(*) = ${2:-1} FROM sdp.flow_status WHERE flow LIKE '$1' AND state = 'running' AND partitions IS NOT NULL")" = t ]; do sleep 0.1; done
+}
+
+wait_relay() {  # sink flow
+  local i
+  sleep 0.5
+  for i in $(seq 300); do
+    [ "$(sql -c "SELECT coalesce(bool_and(a.query IS DISTINCT FROM 'sdp: producing to the sink'), true)
+                 FROM sdp.flow_status s JOIN pg_stat_activity a ON a.pid = s.pid WHERE s.flow = '$1'")" = t ] && break
+    sleep 0.1
+  done
+  sleep 0.5
 }
 
 make_payments_flow() {  # name topic table window [workers]

@@ -123,22 +123,6 @@ drop_flow() {  # name kind
   [ "$2" = sink ] && sql -c "SELECT sdp_drop_sink('$1')" >/dev/null
   return 0
 }
-wait_running() {
-  until [ "$(sql -c "SELECT count(*) = 1 FROM sdp.flow_status WHERE flow = '$1' AND state = 'running' AND partitions IS NOT NULL")" = t ]; do sleep 0.1; done
-}
-# wait_relay NAME: a sink flow's worker first reads its topic back (the relay's
-# recovery, seconds on a loaded machine), before it takes any input: wait for
-# that to end, so that it is not in the measured window
-wait_relay() {
-  local i
-  sleep 0.5
-  for i in $(seq 300); do
-    [ "$(sql -c "SELECT coalesce(bool_and(a.query IS DISTINCT FROM 'sdp: producing to the sink'), true)
-                 FROM sdp.flow_status s JOIN pg_stat_activity a ON a.pid = s.pid WHERE s.flow = '$1'")" = t ] && break
-    sleep 0.1
-  done
-  sleep 0.5
-}
 # pct FILE LO HI: "P50 P99 count" in ms of the latencies (us, column 2) whose timestamp (ms, column 1) is in [LO, HI]
 pct() {
   awk -v lo="$2" -v hi="$3" '$1 >= lo && $1 <= hi {print $2}' "$1" | sort -n | awk '{v[NR]=$1} END {

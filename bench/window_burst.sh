@@ -56,9 +56,6 @@ for _ in $(seq 100); do [ -s "$dir/broker.addr" ] && break; sleep 0.1; done
 boot=$(cat "$dir/broker.addr")
 sql -c 'CREATE EXTENSION sdp_ext'
 
-wait_running() {  # flow
-  while [ "$(sql -c "SELECT count(*) = 1 FROM sdp.flow_status WHERE flow = '$1' AND state = 'running' AND partitions IS NOT NULL")" != t ]; do sleep 0.1; done
-}
 
 # The write floor of a burst: the flow's last 10 full bursts COPYed back,
 # one COPY (one transaction) per burst, into a copy of the table holding
