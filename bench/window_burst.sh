@@ -22,6 +22,17 @@
 #                      again as they ran beside the flow: what PostgreSQL
 #                      itself takes to write and commit a burst's rows here,
 #                      without computing them
+#   BURST_GEN_BATCH=0  run the broker, the producer and the pgbench client
+#                      as ordinary processes.  By default they run as
+#                      SCHED_BATCH (chrt --batch 0): they get their share of
+#                      the two cores but do not preempt the server at each
+#                      of their wake-ups (the producer wakes 5,000 times a
+#                      second), as they would not from other machines
+#   BURST_TIMING=1     build sdp_ext with -DSDP_BURST_TIMING (src/batch.c)
+#                      and print, per run, medians over the bursts of the
+#                      worker's CPU time firing and writing, and of its time
+#                      waiting for a CPU and its preemptions (src/batch.o is
+#                      removed before and after, so no other build keeps it)
 #   SDP_PG_BIN=DIR     use the PostgreSQL in DIR (a private copy: the
 #                      extension is installed there with its pg_config)
 #                      instead of the system's (which bench/run.sh also uses)
@@ -34,7 +45,13 @@ cd "$(dirname "$0")/.."
 merchants_list=${*:-1000}
 seconds=${BURST_SECONDS:-30}
 port=${BENCH_PORT:-5490}
+gen=
+[ "${BURST_GEN_BATCH:-1}" = 1 ] && gen="chrt --batch 0"
 
+if [ "${BURST_TIMING:-0}" = 1 ]; then
+  export COPT="${COPT:-} -DSDP_BURST_TIMING"
+  rm -f src/batch.o
+fi
 if [ "$SDP_PG_BIN" = "/usr/lib/postgresql/$SDP_PG_VERSION/bin" ]; then
   sdp_install_packages
   sdp_build_install
@@ -46,11 +63,12 @@ fi
 
 bench_server burst 'track_commit_timestamp = on'
 [ -n "${BURST_LOG:-}" ] && bench_on_exit='cp "$dir/postgres.log" "$BURST_LOG"'
+[ "${BURST_TIMING:-0}" = 1 ] && bench_on_exit="${bench_on_exit:-true}; rm -f src/batch.o"
 bench_start
 
 topics=()
 for m in $merchants_list; do topics+=(--topic "paylive$m:4"); done
-tools/sdp_broker "${topics[@]}" --addr-file "$dir/broker.addr" --quiet > "$dir/broker.log" 2>&1 &
+$gen tools/sdp_broker "${topics[@]}" --addr-file "$dir/broker.addr" --quiet > "$dir/broker.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 100); do [ -s "$dir/broker.addr" ] && break; sleep 0.1; done
 boot=$(cat "$dir/broker.addr")
@@ -72,13 +90,13 @@ copy_floor() {  # flow merchants
     i=$((i + 1))
     sql -c "COPY (SELECT * FROM ${f}_windows WHERE emitted_at = '$e') TO '$dir/burst$i.csv' (FORMAT csv)"
   done
-  tools/payment_sim --bootstrap "$boot" --topic "$f" --merchants "$m" --rate 5000 \
+  $gen tools/payment_sim --bootstrap "$boot" --topic "$f" --merchants "$m" --rate 5000 \
     --duration 18 --event-time now --linger-ms 1 --quiet > /dev/null &
   local sim=$!
   local bench=
   if [ "$m" = 1000 ] && [ "${BURST_PGBENCH:-1}" = 1 ]; then
     sed "s/FROM ${f}_windows/FROM $t/" "$dir/read.sql" > "$dir/read_copy.sql"
-    sdp_as_postgres pgbench -n -h "$dir" -p "$port" -U postgres -c 1 -T 15 -f "$dir/read_copy.sql" postgres > /dev/null 2>&1 &
+    sdp_as_postgres $gen pgbench -n -h "$dir" -p "$port" -U postgres -c 1 -T 15 -f "$dir/read_copy.sql" postgres > /dev/null 2>&1 &
     bench=$!
   fi
   sleep 3
@@ -98,13 +116,14 @@ copy_floor() {  # flow merchants
 
 for merchants in $merchants_list; do
   f=paylive$merchants
+  logstart=$(wc -l < "$dir/postgres.log")
   make_payments_flow "$f" "$f" "${f}_windows" "1 second" "${BURST_WORKERS:-1}"
   wait_running "$f"
   if [ -n "${BURST_PERF:-}" ]; then  # perf record of the worker, to this file
     wpid=$(sql -c "SELECT pid FROM sdp.flow_status WHERE flow = '$f'")
     perf record -g -o "$BURST_PERF" -p "$wpid" -- sleep $((seconds - 2)) > /dev/null 2>&1 &
   fi
-  tools/payment_sim --bootstrap "$boot" --topic "$f" --merchants "$merchants" --rate 5000 \
+  $gen tools/payment_sim --bootstrap "$boot" --topic "$f" --merchants "$merchants" --rate 5000 \
     --duration "$seconds" --event-time now --linger-ms 1 --quiet > /dev/null &
   sim=$!
   if [ "$merchants" = 1000 ] && [ "${BURST_PGBENCH:-1}" = 1 ]; then
@@ -116,7 +135,7 @@ SELECT window_start, value, row_count FROM ${f}_windows
  ORDER BY window_end DESC LIMIT 24;
 PGB
     sleep 3
-    sdp_as_postgres pgbench -n -h "$dir" -p "$port" -U postgres -c 1 -T $((seconds - 5)) -f "$dir/read.sql" postgres > /dev/null 2>&1
+    sdp_as_postgres $gen pgbench -n -h "$dir" -p "$port" -U postgres -c 1 -T $((seconds - 5)) -f "$dir/read.sql" postgres > /dev/null 2>&1
   fi
   wait "$sim"
   sleep 4
@@ -131,6 +150,15 @@ PGB
     "window finalized -> committed, $merchants merchants x 5, P50 / P99" "$d50" "$d99" "$dn" "$dmax" "$nb"
   if [ "${BURST_COPY:-1}" = 1 ]; then
     copy_floor "$f" "$merchants"
+  fi
+  if [ "${BURST_TIMING:-0}" = 1 ]; then
+    # "sdp burst of N rows: operate wall W cpu C runq Q preempted P; write ...; commit ...;"
+    tail -n +"$((logstart + 1))" "$dir/postgres.log" | grep -o 'sdp burst of .*' |
+      awk '{ n++; oc[n] = $10; wc[n] = $19; rq[n] = $12 + $21 + $30; pr[n] = $14 + $23 + $32 }
+        function med(a,   i, j, t, m) { m = n; for (i = 1; i <= m; i++) for (j = i + 1; j <= m; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
+                                        return m % 2 ? a[(m + 1) / 2] : (a[m / 2] + a[m / 2 + 1]) / 2 }
+        END { if (n) printf "  worker per burst, median of %d: CPU firing %.1f ms, writing %.1f ms; waiting for a CPU %.1f ms; preempted %d times\n",
+                             n, med(oc), med(wc), med(rq), med(pr) }'
   fi
   if [ "${BURST_DETAIL:-0}" = 1 ]; then
     sql -c "SELECT to_char(emitted_at, 'HH24:MI:SS.MS'), count(*), count(DISTINCT xmin::text),

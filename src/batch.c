@@ -611,6 +611,86 @@ stage_stateless(FlowWorker *w, Batch *b, bool isolate, char **fail_message)
 	return false;
 }
 
+#ifdef SDP_BURST_TIMING
+#include <sys/resource.h>
+#include <time.h>
+
+/*
+ * Measurement only (build with -DSDP_BURST_TIMING; bench/window_burst.sh
+ * BURST_TIMING=1): for a stateful batch that emitted 1,000 rows or more,
+ * log the wall time, the thread's CPU time, its time waiting for a CPU
+ * (/proc/thread-self/schedstat) and its involuntary context switches, of
+ * the operator stage (the rows, then the timers fired), of the write of
+ * what it emitted, and of the rest up to the commit.
+ */
+typedef struct BurstSample
+{
+	double		wall_ms;
+	double		cpu_ms;
+	double		runq_ms;
+	long		preempted;
+} BurstSample;
+
+static BurstSample burst_at[4];
+static int	burst_rows;
+
+static void
+burst_sample(int i)
+{
+	BurstSample *s = &burst_at[i];
+	struct timespec ts;
+	struct rusage ru;
+	unsigned long long run_ns = 0,
+				wait_ns = 0;
+	FILE	   *f;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	s->wall_ms = ts.tv_sec * 1000.0 + ts.tv_nsec / 1e6;
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	s->cpu_ms = ts.tv_sec * 1000.0 + ts.tv_nsec / 1e6;
+	f = fopen("/proc/thread-self/schedstat", "r");
+	if (f != NULL)
+	{
+		if (fscanf(f, "%llu %llu", &run_ns, &wait_ns) != 2)
+			wait_ns = 0;
+		fclose(f);
+	}
+	s->runq_ms = wait_ns / 1e6;
+	getrusage(RUSAGE_THREAD, &ru);
+	s->preempted = ru.ru_nivcsw;
+}
+
+static void
+burst_report(void)
+{
+	const char *const phase[] = {"operate", "write", "commit"};
+	StringInfoData buf;
+
+	if (burst_rows < 1000)
+		return;
+	burst_sample(3);
+	initStringInfo(&buf);
+	appendStringInfo(&buf, "sdp burst of %d rows:", burst_rows);
+	for (int i = 0; i < 3; i++)
+		appendStringInfo(&buf, " %s wall %.1f cpu %.1f runq %.1f preempted %ld;", phase[i],
+						 burst_at[i + 1].wall_ms - burst_at[i].wall_ms,
+						 burst_at[i + 1].cpu_ms - burst_at[i].cpu_ms,
+						 burst_at[i + 1].runq_ms - burst_at[i].runq_ms,
+						 burst_at[i + 1].preempted - burst_at[i].preempted);
+	elog(LOG, "%s", buf.data);
+	pfree(buf.data);
+	burst_rows = 0;
+}
+#define BURST_SAMPLE(i) burst_sample(i)
+#define BURST_ROWS(n) (burst_rows = (n))
+#define BURST_REPORT() burst_report()
+#else
+#define BURST_SAMPLE(i) ((void) 0)
+#define BURST_ROWS(n) ((void) 0)
+#define BURST_REPORT() ((void) 0)
+#endif
+
+
 /*
  * A stateful flow's rows: the transform (at once or isolated, as above),
  * then the operator, then the write of what it emitted.  Once the operator
@@ -637,10 +717,16 @@ stage_stateful(FlowWorker *w, Batch *b, bool isolate, char **fail_message)
 	}
 	b->rows_out = r.nrows;
 
+	BURST_SAMPLE(0);
 	e.nrows = sdp_stateful_operate(w, b, r.rows, r.parts, r.nrows, &e.rows);
+	BURST_SAMPLE(1);
+	BURST_ROWS(e.nrows);
 
 	if (run_isolated_stage(&e, write_emitted, false, 0, e.nrows))
+	{
+		BURST_SAMPLE(2);
 		return true;
+	}
 	*fail_message = e.fail_message;
 	return false;
 }
@@ -744,9 +830,15 @@ attempt(FlowWorker *w, Batch *b, bool isolate, char **fail_message)
 	PopActiveSnapshot();
 	SPI_finish();
 	if (ok)
+	{
 		CommitTransactionCommand();
+		BURST_REPORT();
+	}
 	else
+	{
 		AbortCurrentTransaction();
+		BURST_ROWS(0);
+	}
 	MemoryContextSwitchTo(cxt);
 	return ok;
 }
