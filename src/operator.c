@@ -572,7 +572,7 @@ sdp_operator_handle_rows(SdpOperatorContext *ctx, HeapTuple *rows, const int32 *
 		if (ks.entry->partition < 0 && order[i]->partition >= 0)
 		{
 			ks.entry->partition = order[i]->partition;
-			sdp_state_mark_dirty(ctx->store, order[i]->key);
+			sdp_state_mark_key_dirty(&ks);
 		}
 		ctx->op->handle_rows(ctx, &ks, order[i]->rows, order[i]->nrows);
 		sdp_state_close_key(&ks);

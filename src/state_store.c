@@ -98,6 +98,7 @@ sdp_state_create(size_t limit_bytes, int map_value_len,
 	store->table = dshash_create(store->area, &params, NULL);
 	store->map_value_len = map_value_len;
 	store->writer = true;
+	store->dirty_epoch = 1;
 	MemoryContextSwitchTo(old);
 
 	memset(&ctl, 0, sizeof(ctl));
@@ -139,11 +140,59 @@ sdp_state_memory(SdpStateStore *store)
 	return (size_t) store->nkeys * sizeof(SdpStateEntry) + store->map_bytes;
 }
 
-/* The dirty set is a string-keyed hash (keys shorter than SDP_STATE_KEY_MAX: sdp_state_open_key checks). */
+/*
+ * The dirty set is a string-keyed hash (keys shorter than SDP_STATE_KEY_MAX:
+ * sdp_state_open_key checks).  A key whose entry is gone (deleted) is marked
+ * by its name.
+ */
 void
 sdp_state_mark_dirty(SdpStateStore *store, const char *key)
 {
 	(void) hash_search(store->dirty, key, HASH_ENTER, NULL);
+}
+
+/*
+ * Mark an open key dirty.  Its entry remembers the epoch in which it was
+ * put in the set, so a key changed at every batch (or closed by a burst of
+ * timers) is hashed into the set once per checkpoint, not at each change.
+ */
+void
+sdp_state_mark_key_dirty(SdpKeyState *ks)
+{
+	SdpStateStore *store = ks->store;
+
+	if (ks->entry->dirty_epoch == store->dirty_epoch)
+		return;
+	sdp_state_mark_dirty(store, ks->key);
+	ks->entry->dirty_epoch = store->dirty_epoch;
+}
+
+/* Empty the dirty set (its keys are checkpointed): every entry's mark is stale from here. */
+void
+sdp_state_clear_dirty(SdpStateStore *store)
+{
+	HASH_SEQ_STATUS seq;
+	char	   *key;
+
+	hash_seq_init(&seq, store->dirty);
+	while ((key = hash_seq_search(&seq)) != NULL)
+		(void) hash_search(store->dirty, key, HASH_REMOVE, NULL);
+	if (++store->dirty_epoch == 0)
+	{
+		/*
+		 * After 2^32 checkpoints an entry marked in epoch 1 and untouched
+		 * since would seem marked: reset every entry's mark before reusing
+		 * the epochs.
+		 */
+		dshash_seq_status status;
+		SdpStateEntry *e;
+
+		dshash_seq_init(&status, store->table, true);
+		while ((e = dshash_seq_next(&status)) != NULL)
+			e->dirty_epoch = 0;
+		dshash_seq_term(&status);
+		store->dirty_epoch = 1;
+	}
 }
 
 static void
@@ -230,7 +279,7 @@ sdp_state_close_key(SdpKeyState *ks)
 	else
 	{
 		if (ks->dirty && ks->store->writer)
-			sdp_state_mark_dirty(ks->store, ks->key);
+			sdp_state_mark_key_dirty(ks);
 		dshash_release_lock(ks->store->table, e);
 	}
 	ks->entry = NULL;
@@ -687,7 +736,9 @@ sdp_state_restore(SdpStateStore *store, const char *key, int32 partition, bytea 
 		sdp_state_map_put(&ks, member, value);
 	}
 	pfree(value);
-	sdp_state_close_key(&ks);
 	/* restored state is what the checkpoint holds: nothing to write back */
+	ks.dirty = false;
+	sdp_state_close_key(&ks);
+	/* (a restored key with no state at all is deleted, and marked by its name) */
 	unmark_dirty(store, key);
 }

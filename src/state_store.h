@@ -43,6 +43,7 @@ typedef struct SdpStateEntry
 	uint32		values_set;		/* bit i: values[i] holds a value */
 	int32		ntimers;
 	int32		partition;		/* the Kafka partition of the key's first row; -1: not known */
+	uint32		dirty_epoch;	/* writer only: the store's epoch when the key was last marked dirty */
 	int64		values[SDP_STATE_VALUES];
 	SdpTimer	timers[SDP_STATE_TIMERS];
 	dsa_pointer map;			/* SdpStateMap, or InvalidDsaPointer */
@@ -73,6 +74,11 @@ typedef struct SdpStateStore
 	size_t		map_bytes;		/* writer only */
 	/* writer only: keys changed or deleted since the last checkpoint */
 	HTAB	   *dirty;
+	/*
+	 * writer only: advanced when the dirty set is emptied (never 0), so that
+	 * an entry whose dirty_epoch equals it is in the set already
+	 */
+	uint32		dirty_epoch;
 	/* writer only: inside a dshash call that allocates (left set if it raised) */
 	bool		allocating;
 } SdpStateStore;
@@ -123,6 +129,8 @@ extern bytea *sdp_state_serialize(SdpStateStore *store, SdpStateEntry *entry);
 extern void sdp_state_restore(SdpStateStore *store, const char *key, int32 partition, bytea *blob);
 extern int32 sdp_state_key_partition(SdpStateStore *store, const char *key, bool *found);
 extern void sdp_state_mark_dirty(SdpStateStore *store, const char *key);
+extern void sdp_state_mark_key_dirty(SdpKeyState *ks);
+extern void sdp_state_clear_dirty(SdpStateStore *store);
 
 /* Whether the last error was raised by dshash allocating within the store's limit. */
 static inline bool

@@ -738,9 +738,7 @@ write_checkpoint(FlowWorker *w, int64 *next)
 	}
 
 	/* a failed commit ends the worker, so the set can be emptied now */
-	hash_seq_init(&seq, w->store->dirty);
-	while ((dirty = hash_seq_search(&seq)) != NULL)
-		(void) hash_search(w->store->dirty, dirty, HASH_REMOVE, NULL);
+	sdp_state_clear_dirty(w->store);
 	w->offsets_moved = false;
 	w->next_checkpoint = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), w->opts.checkpoint_interval_ms);
 }
