@@ -46,6 +46,7 @@
 # Debian's PostgreSQL (or, with SDP_PG_BIN=DIR, into the PostgreSQL in DIR),
 # starts its own server (port 5494) and broker, and leaves nothing running.
 #   SINK_PARTS="latency throughput"  which parts to run (default both)
+#   SINK_FLOW_OPTIONS='{"max_batch_wait": "20 ms"}'  more options of the sink flows (jsonb)
 #   SINK_PERF=DIR                    perf record -g of the sink flow's worker
 #                                    during the latency rounds into DIR
 #   SINK_LOG=FILE                    keep the server's log there
@@ -114,7 +115,7 @@ SELECT sdp_create_source('$name', '$boot', '$topic', '$srcopts');
 SELECT sdp_create_sink('$name', '$boot', '$out');
 SELECT sdp_create_flow('$name', source => '$name', sink => '$name', schema => '$pos_schema',
   transform => \$t\$ $transform \$t\$,
-  options => '{"mode": "append", "sink_key": "icao24", "progress_interval": "$progress"}');
+  options => '{"mode": "append", "sink_key": "icao24", "progress_interval": "$progress"}'::jsonb || '${SINK_FLOW_OPTIONS:-{\}}');
 SQL
   fi
 }

@@ -70,6 +70,7 @@ static void worker_loop(FlowWorker *w);
 static void worker_fail(FlowWorker *w, const char *message) pg_attribute_noreturn();
 static void worker_exit_expected(FlowWorker *w) pg_attribute_noreturn();
 static void worker_check_stop_request(FlowWorker *w);
+static long linger_wait_ms(FlowWorker *w, long wait_ms);
 
 /* Unix time in microseconds, the clock Kafka timestamps use. */
 int64
@@ -147,6 +148,7 @@ sdp_flow_worker_main(Datum main_arg)
 
 		w->relay = kafka_relay_create(&w->sink_def, w->args.flow_id, w->args.name,
 									  w->outbox_tagged ? w->args.worker_no : 0, w->outbox_tagged);
+		w->relay_cxt = AllocSetContextCreate(w->flow_cxt, "sdp relay", ALLOCSET_SMALL_SIZES);
 		w->relay_pending = true;	/* what an earlier worker left in the outbox */
 		w->relay_draining = true;	/* before the worker consumes */
 		/*
@@ -998,7 +1000,7 @@ worker_poll(FlowWorker *w)
 			if (left <= 0)
 				break;
 			if (WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						  Min(left, SDP_BEHIND_STEP_MS), PG_WAIT_EXTENSION) & WL_LATCH_SET)
+						  linger_wait_ms(w, Min(left, SDP_BEHIND_STEP_MS)), PG_WAIT_EXTENSION) & WL_LATCH_SET)
 				ResetLatch(MyLatch);
 			CHECK_FOR_INTERRUPTS();
 			queued = kafka_source_queued(w->kafka);
@@ -1018,7 +1020,7 @@ worker_poll(FlowWorker *w)
 
 			if (left <= 0)
 				break;
-			if (WaitEventSetWait(w->wait_set, left, &event, 1, PG_WAIT_EXTENSION) > 0 &&
+			if (WaitEventSetWait(w->wait_set, linger_wait_ms(w, left), &event, 1, PG_WAIT_EXTENSION) > 0 &&
 				(event.events & WL_LATCH_SET))
 				ResetLatch(MyLatch);
 			CHECK_FOR_INTERRUPTS();
@@ -1101,10 +1103,10 @@ worker_relay(FlowWorker *w)
  * outbox is drained.
  */
 static bool
-worker_relay_pump(FlowWorker *w)
+worker_relay_pump(FlowWorker *w, MemoryContext cxt)
 {
 	char	   *error = NULL;
-	MemoryContext oldcxt = MemoryContextSwitchTo(w->batch_cxt);
+	MemoryContext oldcxt = MemoryContextSwitchTo(cxt);
 	bool		ok;
 
 	RT_BEGIN(RT_CALLS);
@@ -1116,8 +1118,27 @@ worker_relay_pump(FlowWorker *w)
 		ereport(LOG, (errmsg("sdp flow \"%s\": %s, relaying before consuming again", w->args.name, error)));
 		w->relay_draining = true;
 	}
-	MemoryContextReset(w->batch_cxt);
+	MemoryContextReset(cxt);
 	return ok;
+}
+
+/*
+ * A wait of a worker lingering for a fuller batch (worker_poll): while its
+ * relay has a Kafka transaction open, the transaction is committed as soon
+ * as the sink has acknowledged it, not after the linger and the next batch
+ * (a cluster's read_committed consumers see its rows only then), and the
+ * wait lasts at most a step of the linger of a worker behind.  An error
+ * hands the relay over to the blocking way before the next poll.
+ */
+static long
+linger_wait_ms(FlowWorker *w, long wait_ms)
+{
+	if (w->relay == NULL || w->relay_draining || !kafka_relay_busy(w->relay))
+		return wait_ms;
+	(void) worker_relay_pump(w, w->relay_cxt);
+	if (!w->relay_draining && kafka_relay_busy(w->relay))
+		return Min(wait_ms, SDP_BEHIND_STEP_MS);
+	return wait_ms;
 }
 
 static void
@@ -1170,7 +1191,7 @@ worker_loop(FlowWorker *w)
 			}
 			w->relay_wait_seq = 0;
 		}
-		if (w->relay && (w->relay_pending || kafka_relay_busy(w->relay)) && !worker_relay_pump(w))
+		if (w->relay && (w->relay_pending || kafka_relay_busy(w->relay)) && !worker_relay_pump(w, w->batch_cxt))
 			continue;
 
 		n = worker_poll(w);
