@@ -6,7 +6,9 @@
 # the outbox is empty at the end.  A second flow reads the sink topic back
 # into a table, unchanged (the value is what a source decodes).  A flow of
 # a role that is not a superuser (row-level security on the outbox) writes
-# every hundredth input, without key, to a sink of its own.
+# every hundredth input, without key, to a sink of its own; it gathers its
+# batches for up to 50 ms (max_batch_wait), so its Kafka transactions commit
+# while it waits for the next batch.
 #
 # The embedded broker (librdkafka's mock cluster) has no transaction
 # semantics: what an interrupted or aborted transaction wrote stays visible
@@ -40,7 +42,8 @@ SET ROLE alice;
 SELECT sdp_create_source('alice_src', '$boot', 'raw-flights');
 SELECT sdp_create_sink('alice_out', '$boot', 'alice-out');
 SELECT sdp_create_flow('alice_flow', 'alice_src', NULL, 'seq bigint, icao24 text',
-  transform => 'SELECT seq, icao24 FROM input WHERE seq % 100 = 0', sink => 'alice_out');
+  transform => 'SELECT seq, icao24 FROM input WHERE seq % 100 = 0', sink => 'alice_out',
+  options => '{"max_batch_wait": "50 ms"}');
 RESET ROLE;
 SELECT sdp_create_source('small', '$boot', 'small');
 SELECT sdp_create_sink('small_out', '$boot', 'small-out');
