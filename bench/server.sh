@@ -30,19 +30,10 @@ bench_server() {  # name [extra postgresql.conf lines]
   sdp_as_root chown postgres:postgres "$dir"
   pids=()
   trap bench_cleanup EXIT
-  sdp_as_postgres initdb -D "$dir/pg" -A trust -U postgres >/dev/null
-  cat >> "$dir/pg/postgresql.conf" <<CONF
-shared_preload_libraries = 'sdp_ext'
-sdp.database = 'postgres'
-port = $port
-listen_addresses = ''
-unix_socket_directories = '$dir'
-shared_buffers = '512MB'
+  sdp_initdb "$dir/pg" "$dir" "$port" "shared_buffers = '512MB'
 max_wal_size = '8GB'
 checkpoint_timeout = '30min'
-max_worker_processes = 16
-${2:-}
-CONF
+${2:-}"
 }
 
 bench_start() { sdp_as_postgres pg_ctl -D "$dir/pg" -l "$dir/postgres.log" -w start >/dev/null; }

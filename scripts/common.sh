@@ -71,3 +71,19 @@ sdp_as_postgres() {
     sdp_as_root runuser -u postgres -- env PATH="$SDP_PG_BIN:$PATH" HOME=/tmp "$@"
   fi
 }
+
+# sdp_initdb DATA SOCKETDIR PORT [MORE]: a throwaway cluster in DATA with
+# sdp_ext preloaded for database postgres, reached only by its socket in
+# SOCKETDIR on PORT, plus the postgresql.conf lines MORE (not started).
+sdp_initdb() {
+  sdp_as_postgres initdb -D "$1" -A trust -U postgres >/dev/null
+  cat >> "$1/postgresql.conf" <<CONF
+shared_preload_libraries = 'sdp_ext'
+sdp.database = 'postgres'
+port = $3
+listen_addresses = ''
+unix_socket_directories = '$2'
+max_worker_processes = 16
+${4:-}
+CONF
+}

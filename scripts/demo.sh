@@ -44,15 +44,7 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 sdp_log "starting a throwaway PostgreSQL on port $port in $dir"
-sdp_as_postgres initdb -D "$pg" -A trust -U postgres >/dev/null
-cat >> "$pg/postgresql.conf" <<CONF
-shared_preload_libraries = 'sdp_ext'
-sdp.database = 'postgres'
-port = $port
-listen_addresses = ''
-unix_socket_directories = '$dir'
-max_worker_processes = 16
-CONF
+sdp_initdb "$pg" "$dir" "$port"
 sdp_as_postgres pg_ctl -D "$pg" -l "$dir/postgres.log" -w start >/dev/null
 psql_demo() { sdp_as_postgres psql -X -q -h "$dir" -p "$port" -U postgres -d postgres "$@"; }
 
