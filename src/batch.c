@@ -690,7 +690,6 @@ burst_report(void)
 #define BURST_REPORT() ((void) 0)
 #endif
 
-
 /*
  * A stateful flow's rows: the transform (at once or isolated, as above),
  * then the operator, then the write of what it emitted.  Once the operator

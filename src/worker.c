@@ -148,7 +148,6 @@ sdp_flow_worker_main(Datum main_arg)
 
 		w->relay = kafka_relay_create(&w->sink_def, w->args.flow_id, w->args.name,
 									  w->outbox_tagged ? w->args.worker_no : 0, w->outbox_tagged);
-		w->relay_cxt = AllocSetContextCreate(w->flow_cxt, "sdp relay", ALLOCSET_SMALL_SIZES);
 		w->relay_pending = true;	/* what an earlier worker left in the outbox */
 		w->relay_draining = true;	/* before the worker consumes */
 		/*
@@ -1103,10 +1102,10 @@ worker_relay(FlowWorker *w)
  * outbox is drained.
  */
 static bool
-worker_relay_pump(FlowWorker *w, MemoryContext cxt)
+worker_relay_pump(FlowWorker *w)
 {
 	char	   *error = NULL;
-	MemoryContext oldcxt = MemoryContextSwitchTo(cxt);
+	MemoryContext oldcxt = MemoryContextSwitchTo(w->batch_cxt);
 	bool		ok;
 
 	RT_BEGIN(RT_CALLS);
@@ -1118,7 +1117,7 @@ worker_relay_pump(FlowWorker *w, MemoryContext cxt)
 		ereport(LOG, (errmsg("sdp flow \"%s\": %s, relaying before consuming again", w->args.name, error)));
 		w->relay_draining = true;
 	}
-	MemoryContextReset(cxt);
+	MemoryContextReset(w->batch_cxt);
 	return ok;
 }
 
@@ -1135,7 +1134,7 @@ linger_wait_ms(FlowWorker *w, long wait_ms)
 {
 	if (w->relay == NULL || w->relay_draining || !kafka_relay_busy(w->relay))
 		return wait_ms;
-	(void) worker_relay_pump(w, w->relay_cxt);
+	(void) worker_relay_pump(w);	/* the batch's memory holds nothing yet */
 	if (!w->relay_draining && kafka_relay_busy(w->relay))
 		return Min(wait_ms, SDP_BEHIND_STEP_MS);
 	return wait_ms;
@@ -1191,7 +1190,7 @@ worker_loop(FlowWorker *w)
 			}
 			w->relay_wait_seq = 0;
 		}
-		if (w->relay && (w->relay_pending || kafka_relay_busy(w->relay)) && !worker_relay_pump(w, w->batch_cxt))
+		if (w->relay && (w->relay_pending || kafka_relay_busy(w->relay)) && !worker_relay_pump(w))
 			continue;
 
 		n = worker_poll(w);

@@ -150,7 +150,6 @@ typedef struct FlowWorker
 	bool		relay_draining; /* relay the blocking way (kafka_relay_drain): at start, after an error */
 	int64		relay_wait_seq; /* at start: other workers' rows up to this seq go first, 0: none */
 	int			relay_backoff_ms;	/* the relay could not write the sink: wait this long */
-	MemoryContext relay_cxt;	/* the relay's work while the worker lingers for a batch */
 
 	KafkaSource *kafka;
 	int			topic_partitions;	/* of the topic, as last listed */
