@@ -5,7 +5,8 @@
 # CPU time (user + system, from /proc/PID/stat) is the figure that holds on a
 # shared, noisy machine: a rate moves with whatever else runs, the CPU a
 # process spends on the same work much less.  Each case drains a backlog
-# produced beforehand (flat out, so in large record batches) into a fresh
+# produced beforehand (flat out, in record batches of up to 100 ms of
+# production, so that a fetch brings what a Kafka broker's would) into a fresh
 # target, timed from the flow's first message read to its last; then the
 # very rows it wrote are COPYed (server-side, from a CSV file) into the same
 # table, emptied, with the CPU of the COPY backend measured the same way.
@@ -38,6 +39,10 @@
 #        CPU_SOURCE_OPTIONS='{"fetch.wait.max.ms": "5"}' adds librdkafka
 #        properties to the sources, CPU_FLOW_OPTIONS='{"max_batch_rows": 2000}'
 #        options to the flows (jsonb).
+#        CPU_LINGER_MS=N: the producers' linger.ms while they make the backlog
+#        (default 100; 0 makes record batches of a few messages, and the
+#        embedded broker serves one record batch per partition per fetch:
+#        bench/README.md, "Record batches as a broker serves them").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/common.sh
@@ -77,8 +82,8 @@ tools/sdp_broker --topic pos:8 --topic pay:8 --addr-file "$dir/broker.addr" --qu
 pids+=($!)
 for _ in $(seq 100); do [ -s "$dir/broker.addr" ] && break; sleep 0.1; done
 boot=$(cat "$dir/broker.addr")
-tools/flight_sim --bootstrap "$boot" --topic pos --aircraft "$n" --count "$n" --rate 0 --quiet > /dev/null
-tools/payment_sim --bootstrap "$boot" --topic pay --merchants 10000 --count "$n" --rate 0 --event-time step:1 --quiet > /dev/null
+tools/flight_sim --bootstrap "$boot" --topic pos --aircraft "$n" --count "$n" --rate 0 --linger-ms "${CPU_LINGER_MS:-100}" --quiet > /dev/null
+tools/payment_sim --bootstrap "$boot" --topic pay --merchants 10000 --count "$n" --rate 0 --event-time step:1 --linger-ms "${CPU_LINGER_MS:-100}" --quiet > /dev/null
 
 sql -c 'CREATE EXTENSION sdp_ext'
 sed -n '/^CREATE TABLE zones/,/^SELECT sdp_create_source/p' examples/flights.sql | sed '$d' | sql >/dev/null
