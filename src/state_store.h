@@ -40,7 +40,7 @@ typedef struct SdpTimer
 typedef struct SdpStateEntry
 {
 	char		key[SDP_STATE_KEY_MAX]; /* dshash key: NUL-padded */
-	uint32		values_set;		/* bit i: values[i] holds a value */
+	uint32		values_set;		/* bit i: values[i] holds a value; SDP_ENTRY_RESTING */
 	int32		ntimers;
 	int32		partition;		/* the Kafka partition of the key's first row; -1: not known */
 	uint32		dirty_epoch;	/* writer only: the store's epoch when the key was last marked dirty */
@@ -48,6 +48,22 @@ typedef struct SdpStateEntry
 	SdpTimer	timers[SDP_STATE_TIMERS];
 	dsa_pointer map;			/* SdpStateMap, or InvalidDsaPointer */
 } SdpStateEntry;
+
+/*
+ * In values_set: the key has no state left and rests in the table until the
+ * next checkpoint deletes it (sdp_state_close_key), so that a key whose
+ * windows all closed and that comes back a moment later is not deleted and
+ * created again.  A resting key is no key to anyone: readers skip it, and
+ * the writer opening it without creating it deletes it.
+ */
+#define SDP_ENTRY_RESTING	(1u << 31)
+StaticAssertDecl(SDP_STATE_VALUES < 31, "values_set's bits and SDP_ENTRY_RESTING");
+
+static inline bool
+sdp_state_entry_resting(const SdpStateEntry *e)
+{
+	return (e->values_set & SDP_ENTRY_RESTING) != 0;
+}
 
 /*
  * A map state: open addressing over fixed-size slots, each holding a
@@ -70,8 +86,11 @@ typedef struct SdpStateStore
 	dshash_table *table;
 	int			map_value_len;
 	bool		writer;
-	int64		nkeys;			/* writer only */
+	int64		nkeys;			/* writer only: entries, resting ones included */
+	int64		nresting;		/* writer only: resting entries */
+	int64		live_peak;		/* writer only: most live entries since the last checkpoint */
 	size_t		map_bytes;		/* writer only */
+	size_t		limit_bytes;	/* writer only: the area's size limit */
 	/* writer only: keys changed or deleted since the last checkpoint */
 	HTAB	   *dirty;
 	/*
@@ -131,6 +150,7 @@ extern int32 sdp_state_key_partition(SdpStateStore *store, const char *key, bool
 extern void sdp_state_mark_dirty(SdpStateStore *store, const char *key);
 extern void sdp_state_mark_key_dirty(SdpKeyState *ks);
 extern void sdp_state_clear_dirty(SdpStateStore *store);
+extern void sdp_state_purge_resting(SdpStateStore *store, bool always);
 
 /* Whether the last error was raised by dshash allocating within the store's limit. */
 static inline bool

@@ -672,9 +672,10 @@ write_checkpoint(FlowWorker *w, int64 *next)
 			put_blobs[nput++] = PointerGetDatum(sdp_state_serialize(w->store, ks.entry));
 		}
 		else
-			del_keys[ndel++] = CStringGetTextDatum(keys[i]);
+			del_keys[ndel++] = CStringGetTextDatum(keys[i]);	/* deleted, or resting: deleted now */
 		sdp_state_close_key(&ks);
 	}
+	Assert(w->store->nresting == 0);	/* a resting key is always dirty */
 
 	sdp_store_offsets(w, w->npartitions, w->partitions, next, NULL, false);
 	values[0] = Int64GetDatum(w->args.flow_id);
@@ -815,6 +816,8 @@ sdp_stateful_operate(FlowWorker *w, Batch *b, HeapTuple *rows, const int32 *part
 	ListCell   *lc;
 
 	w->state_mutated = true;
+	/* keys at rest make room before the state passes a quarter of its limit */
+	sdp_state_purge_resting(w->store, false);
 	ctx->now = GetCurrentTimestamp();
 	ctx->emit_cxt = CurrentMemoryContext;
 	ctx->emitted = NIL;

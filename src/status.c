@@ -718,7 +718,11 @@ copy_state(dsa_handle area, dshash_table_handle table, MemoryContext cxt)
 		dshash_seq_init(&status, store->table, false);
 		while ((e = dshash_seq_next(&status)) != NULL)
 		{
-			StateCopy  *c = palloc(sizeof(StateCopy));
+			StateCopy  *c;
+
+			if (sdp_state_entry_resting(e))
+				continue;		/* no state: deleted at the next checkpoint */
+			c = palloc(sizeof(StateCopy));
 
 			memcpy(&c->entry, e, sizeof(SdpStateEntry));
 			c->map = sdp_state_map_copy(store, e);
