@@ -25,6 +25,9 @@ PG_CONFIG ?= pg_config
 PG_CFLAGS += -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers \
 	-Wno-sign-compare
 PG_CPPFLAGS += -Isrc
+# the version this library is built for (sdp_library_version())
+SDP_LIBRARY_VERSION := $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" sdp_ext.control)
+PG_CPPFLAGS += -DSDP_LIBRARY_VERSION='"$(SDP_LIBRARY_VERSION)"'
 ifeq ($(CI),true)
 PG_CFLAGS += -Werror -DUSE_ASSERT_CHECKING
 endif

@@ -50,6 +50,9 @@
 #   SINK_PERF=DIR                    perf record -g of the sink flow's worker
 #                                    during the latency rounds into DIR
 #   SINK_LOG=FILE                    keep the server's log there
+#   SINK_LINGER_MS=N                 linger.ms of the throughput backlog's producer
+#                                    (default 100: record batches a fetch brings
+#                                    whole, as from a Kafka broker; bench/cpu.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/common.sh
@@ -245,7 +248,7 @@ echo
 fi
 
 if [[ " $parts " == *" throughput "* ]]; then
-tools/flight_sim --bootstrap "$boot" --topic tput --aircraft "$n" --count "$n" --rate 0 --quiet > /dev/null
+tools/flight_sim --bootstrap "$boot" --topic tput --aircraft "$n" --count "$n" --rate 0 --linger-ms "${SINK_LINGER_MS:-100}" --quiet > /dev/null
 declare -A cpu rate batch
 for r in $(seq "$runs"); do
   order="table sink"; [ $((r % 2)) -eq 0 ] && order="sink table"

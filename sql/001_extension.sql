@@ -3,6 +3,7 @@
 CREATE EXTENSION sdp_ext;
 
 SELECT extname, extversion, extrelocatable FROM pg_extension WHERE extname = 'sdp_ext';
+SELECT sdp_library_version() = extversion AS library_is_catalogs FROM pg_extension WHERE extname = 'sdp_ext';
 
 SELECT c.relname, c.relkind
   FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace

@@ -503,7 +503,7 @@ sdp_create_flow(PG_FUNCTION_ARGS)
 			check_event_time_column(schema, opts.operator_options);
 			sdp_sink_check_key(write_desc, opts.sink_key, true);
 			opts.mode = SDP_MODE_APPEND;
-			sdp_sink_prepare(&sink, outbox_rel, SDP_MODE_APPEND, sdp_sink_outbox_desc(tagged), false);
+			sdp_sink_prepare_outbox(&sink, outbox_rel, sdp_sink_outbox_desc(tagged));
 		}
 		else
 		{
@@ -511,7 +511,7 @@ sdp_create_flow(PG_FUNCTION_ARGS)
 			sdp_transform_prepare_generated(&outbox, schema,
 											sdp_sink_outbox_sql(transform_sql, schema, 0, tagged ? 0 : -1, opts.sink_key));
 			opts.mode = SDP_MODE_APPEND;
-			sdp_sink_prepare(&sink, outbox_rel, SDP_MODE_APPEND, outbox.result_desc, false);
+			sdp_sink_prepare_outbox(&sink, outbox_rel, outbox.result_desc);
 		}
 		sdp_sink_check_privileges(&sink, GetUserId());
 		PopActiveSnapshot();
@@ -647,8 +647,17 @@ change_flow(FunctionCallInfo fcinfo, const char *sql)
 
 /*
  * Delete the flows that match condition (SQL on sdp.flows with one
- * parameter, $1 = arg), with their offsets, aggregations (both cascade)
- * and state checkpoints; their dead letters stay.  SPI is connected.
+ * parameter, $1 = arg), with their offsets, aggregations (both cascade),
+ * state checkpoints and outbox rows; their dead letters stay.  SPI is
+ * connected.
+ *
+ * The outbox has no foreign key to sdp.flows (0.6: it was checked for
+ * every row a sink flow wrote), so its rows are deleted here, in a
+ * statement of their own: its snapshot sees the rows a worker committed
+ * while the flows' deletion waited for it.  Rows of flows that are no
+ * longer there go too: a stateful sink flow's batch that commits after
+ * the deletion of its flow, before its worker stops, leaves some (they are
+ * never produced).
  */
 void
 sdp_delete_flows(const char *condition, Oid argtype, Datum arg)
@@ -660,6 +669,9 @@ sdp_delete_flows(const char *condition, Oid argtype, Datum arg)
 							 "DELETE FROM sdp.state_checkpoints WHERE flow_id IN (SELECT id FROM f)",
 							 condition),
 					1, argtypes, values, NULL, false);
+	if (OidIsValid(get_relname_relid("outbox", get_namespace_oid(SDP_SCHEMA, false))))	/* 0.4 on */
+		catalog_execute("DELETE FROM sdp.outbox o WHERE NOT EXISTS (SELECT FROM sdp.flows f WHERE f.id = o.flow_id)",
+						0, NULL, NULL, NULL, false);
 	sdp_wake_launcher_at_commit();
 }
 

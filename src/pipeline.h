@@ -40,6 +40,7 @@ typedef struct SdpSink
 	bool		upsert_probe;	/* upsert: look the keys up first (else insert, and fall back) */
 	int			clean_batches;	/* upsert: batches in a row whose keys were all new */
 	int			plan_batches;	/* upsert: batches still to write by the plan alone (keys mostly there) */
+	bool		engine_rows;	/* sdp.outbox: rows the engine formed for the flow itself (sink.c) */
 } SdpSink;
 
 /* transform.c */
@@ -58,6 +59,7 @@ extern int	sdp_transform_run_into(SdpTransform *t, HeapTuple *rows, int n, DestR
 extern Oid	sdp_target_primary_key(Relation rel, int *npk, AttrNumber **attnums);
 extern void sdp_sink_prepare(SdpSink *s, Oid target, SdpWriteMode mode,
 							 TupleDesc row_desc, bool skip_unmatched_meta);
+extern void sdp_sink_prepare_outbox(SdpSink *s, Oid outbox, TupleDesc row_desc);
 extern void sdp_sink_check_privileges(SdpSink *s, Oid roleid);
 extern int64 sdp_sink_write(SdpSink *s, HeapTuple *rows, int n);
 extern bool sdp_sink_write_transformed(SdpSink *s, SdpTransform *t, HeapTuple *rows, int n,

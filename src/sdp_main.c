@@ -12,9 +12,12 @@
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "storage/ipc.h"
+#include "utils/builtins.h"
 #include "utils/guc.h"
 
 PG_MODULE_MAGIC;
+
+PG_FUNCTION_INFO_V1(sdp_library_version);
 
 char	   *sdp_database = NULL;
 int			sdp_max_flows = 16;
@@ -136,4 +139,15 @@ sdp_shmem_startup_hook(void)
 	if (prev_shmem_startup_hook)
 		prev_shmem_startup_hook();
 	sdp_shmem_startup();
+}
+
+/*
+ * sdp_library_version(): the version this library was built for (the
+ * control file's default_version), which may be ahead of the catalogs'
+ * (pg_extension.extversion) until ALTER EXTENSION sdp_ext UPDATE.
+ */
+Datum
+sdp_library_version(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_TEXT_P(cstring_to_text(SDP_LIBRARY_VERSION));
 }

@@ -107,6 +107,8 @@ static const char *const write_path_text[] = {
 
 typedef struct FastWrite FastWrite;
 static SdpWritePath write_path_refusal(SdpSink *s, Relation rel, FastWrite *fw);
+static void sink_prepare(SdpSink *s, Oid target, SdpWriteMode mode, TupleDesc row_desc,
+						 bool skip_unmatched_meta, bool engine_rows);
 static void fast_write_buffer(FastWrite *fw, TupleTableSlot *slot, Size len);
 static TupleTableSlot *fast_write_slot(FastWrite *fw);
 
@@ -148,6 +150,24 @@ void
 sdp_sink_prepare(SdpSink *s, Oid target, SdpWriteMode mode, TupleDesc row_desc,
 				 bool skip_unmatched_meta)
 {
+	sink_prepare(s, target, mode, row_desc, skip_unmatched_meta, false);
+}
+
+/*
+ * The write of a sink flow's rows into sdp.outbox (outbox: its OID), rows
+ * the engine forms itself with the flow's own id: written without the
+ * table's row-level security policy, which is for rows inserted by SQL.
+ */
+void
+sdp_sink_prepare_outbox(SdpSink *s, Oid outbox, TupleDesc row_desc)
+{
+	sink_prepare(s, outbox, SDP_MODE_APPEND, row_desc, false, true);
+}
+
+static void
+sink_prepare(SdpSink *s, Oid target, SdpWriteMode mode, TupleDesc row_desc,
+			 bool skip_unmatched_meta, bool engine_rows)
+{
 	MemoryContext cxt = CurrentMemoryContext;
 	Relation	rel = relation_open(target, AccessShareLock);
 	TupleDesc	tdesc = RelationGetDescr(rel);
@@ -160,6 +180,7 @@ sdp_sink_prepare(SdpSink *s, Oid target, SdpWriteMode mode, TupleDesc row_desc,
 	s->relid = target;
 	s->mode = mode;
 	s->row_desc = row_desc;
+	s->engine_rows = engine_rows;
 	s->relname = quote_qualified_identifier(get_namespace_name(RelationGetNamespace(rel)),
 											RelationGetRelationName(rel));
 
@@ -453,7 +474,12 @@ write_path_refusal(SdpSink *s, Relation rel, FastWrite *fw)
 		return rel->rd_rel->relkind == RELKIND_PARTITIONED_TABLE ? SDP_PATH_PARTITIONED : SDP_PATH_UNKNOWN;
 	if (trig && (trig->trig_insert_before_row || trig->trig_insert_instead_row))
 		return SDP_PATH_ROW_TRIGGERS;
-	if (check_enable_rls(RelationGetRelid(rel), InvalidOid, true) == RLS_ENABLED)
+	/*
+	 * sdp.outbox's policy lets a role insert rows of its own sink flows only;
+	 * the rows a flow's worker writes there are its own by construction (the
+	 * engine sets flow_id), so its write needs no check per row.
+	 */
+	if (!s->engine_rows && check_enable_rls(RelationGetRelid(rel), InvalidOid, true) == RLS_ENABLED)
 		return SDP_PATH_ROW_SECURITY;
 	if (s->mode == SDP_MODE_UPSERT)
 	{

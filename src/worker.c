@@ -450,7 +450,7 @@ load_declaration(FlowWorker *w)
 			sdp_sink_check_key(w->emitted_desc, w->opts.sink_key, true);
 			w->sink_key_attno = w->opts.sink_key ? get_attnum_in_desc(w->emitted_desc, w->opts.sink_key) : 0;
 			w->opts.mode = SDP_MODE_APPEND;
-			sdp_sink_prepare(&w->sink, w->target, SDP_MODE_APPEND, sdp_sink_outbox_desc(w->outbox_tagged), false);
+			sdp_sink_prepare_outbox(&w->sink, w->target, sdp_sink_outbox_desc(w->outbox_tagged));
 		}
 		else
 		{
@@ -460,7 +460,7 @@ load_declaration(FlowWorker *w)
 											sdp_sink_outbox_sql(w->transform_sql, w->schema, w->args.flow_id,
 																w->outbox_tagged ? w->args.worker_no : -1,
 																w->opts.sink_key));
-			sdp_sink_prepare(&w->sink, w->target, SDP_MODE_APPEND, w->transform.result_desc, false);
+			sdp_sink_prepare_outbox(&w->sink, w->target, w->transform.result_desc);
 		}
 	}
 	else if (w->operator_name)

@@ -72,6 +72,7 @@ my %added = (
 	'0.3' => { symbol => 'sdp_set_flow_workers', args => '(text, int)' },
 	'0.4' => { symbol => 'sdp_partition_for_key', args => '(text, int, text)' },
 	'0.5' => { symbol => 'sdp_sink_relays', args => '()' },
+	'0.6' => { symbol => 'sdp_library_version', args => '()' },
 );
 # From 0.4 on a third flow writes to a Kafka sink across the upgrade.
 my $with_sink = $old_version ge '0.4';
@@ -203,6 +204,14 @@ if ($new_version ge '0.5')
 			. " FROM sdp.sink_relays"),
 		$with_sink ? "sink_flow:0:sdp-$db-flow-$id,sink_flow:1:sdp-$db-flow-$id-w1" : '',
 		'0.5: sdp.sink_relays: one relay per worker, with its transactional.id');
+}
+if ($new_version ge '0.6')
+{
+	# 0.6: the outbox has no foreign key (its rows are checked by construction); sdp_library_version
+	is(SdpTest::query($node, "SELECT count(*) FROM pg_constraint WHERE conrelid = 'sdp.outbox'::regclass AND contype = 'f'"),
+		'0', '0.6: sdp.outbox has no foreign key');
+	is(SdpTest::query($node, "SELECT sdp_library_version() = extversion FROM pg_extension WHERE extname = 'sdp_ext'"),
+		't', '0.6: sdp_library_version() is the version the catalogs were updated to');
 }
 my $producer2 = SdpKafka::start_flightsim(
 	bootstrap => $broker->bootstrap, topic => 'raw-flights',
