@@ -159,6 +159,11 @@ is_deeply([ sort { $a <=> $b } grep { $_ ne 'bad' } keys %alice_seq ], [ map { $
 	'alice_out: every hundredth input once');
 is(scalar(grep { defined $_->{key} } @alice), 0, 'alice_out: no keys');
 is(join(',', sort map { $_->{partition} } grep { $_->{offset} == 0 } @alice), '0,1', 'alice_out: both partitions');
+# alice is no superuser: her worker's rows go into the outbox by multi-insert all the same (the
+# outbox's row-level security policy is for rows inserted by SQL; the worker's carry its flow's id)
+my $log = PostgreSQL::Test::Utils::slurp_file($node->logfile);
+like($log, qr/sdp flow "alice_flow" writes into sdp\.outbox by multi-insert/, "alice's sink flow writes its outbox rows by multi-insert");
+unlike($log, qr/sdp flow "\w+" writes into sdp\.outbox by an INSERT/, 'no sink flow writes its outbox rows by the INSERT plan');
 
 # the owner of a sink is not dropped, from another database either (the launcher publishes owners)
 SdpTest::query($node, "SELECT sdp_drop_flow('alice_flow'); SELECT sdp_drop_source('alice_src'); CREATE DATABASE other");
