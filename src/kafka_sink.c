@@ -58,6 +58,7 @@
  * waits on its latch between attempts.
  */
 #include "kafka_sink.h"
+#include "json_encode.h"
 
 #include <pthread.h>
 #include <signal.h>
@@ -78,6 +79,7 @@
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
 #include "catalog/namespace.h"
+#include "parser/parse_func.h"
 #include "access/htup_details.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
@@ -271,6 +273,22 @@ sdp_sink_check_key(TupleDesc rows, const char *sink_key, bool operator_rows)
  * its Kafka metadata), each row as (flow_id, key, value), value the JSON
  * object of its columns, which is what a source's JSON decoding reads back.
  */
+/*
+ * The JSON of a row as SQL: sdp.row_json (0.6), to_jsonb's text written
+ * directly, or to_jsonb itself on older catalogs.  In a transaction.
+ */
+static char *
+row_json_call(const char *alias)
+{
+	Oid			nsp = get_namespace_oid(SDP_SCHEMA, true);
+	Oid			argtypes[1] = {RECORDOID};
+
+	if (OidIsValid(nsp) &&
+		OidIsValid(LookupFuncName(list_make2(makeString(SDP_SCHEMA), makeString("row_json")), 1, argtypes, true)))
+		return psprintf("sdp.row_json(%s)", alias);
+	return psprintf("pg_catalog.to_jsonb(%s)::pg_catalog.text", alias);
+}
+
 char *
 sdp_sink_outbox_sql(const char *transform_sql, SdpInputSchema *schema, int64 flow_id, int worker,
 					const char *sink_key)
@@ -289,9 +307,8 @@ sdp_sink_outbox_sql(const char *transform_sql, SdpInputSchema *schema, int64 flo
 		initStringInfo(&cols);
 		for (int c = 0; c < schema->ncolumns; c++)
 			appendStringInfo(&cols, "%si.%s", c > 0 ? ", " : "", quote_identifier(schema->columns[c].name));
-		return psprintf("%spg_catalog.to_jsonb(r)::pg_catalog.text AS value "
-						"FROM input i CROSS JOIN LATERAL (SELECT %s) r",
-						head, cols.data);
+		return psprintf("%s%s AS value FROM input i CROSS JOIN LATERAL (SELECT %s) r",
+						head, row_json_call("r"), cols.data);
 	}
 	else
 	{
@@ -301,8 +318,8 @@ sdp_sink_outbox_sql(const char *transform_sql, SdpInputSchema *schema, int64 flo
 
 		while (len > 0 && (sql[len - 1] == ';' || isspace((unsigned char) sql[len - 1])))
 			sql[--len] = '\0';
-		return psprintf("%spg_catalog.to_jsonb(i)::pg_catalog.text AS value FROM (%s\n) i",
-						head, sql);
+		return psprintf("%s%s AS value FROM (%s\n) i",
+						head, row_json_call("i"), sql);
 	}
 }
 
@@ -344,20 +361,41 @@ HeapTuple
 sdp_sink_outbox_row(TupleDesc outbox, int64 flow_id, int worker, TupleDesc emitted, HeapTuple row,
 					int key_attno)
 {
+	static SdpJsonPlan plan;
+	static uint32 plan_typmod = 0;	/* the blessed descriptor's; 0: none yet */
 	Datum		values[4];
 	bool		nulls[4] = {false, false, false, false};
-	Datum		record = heap_copy_tuple_as_datum(row, emitted);
-	Datum		json = DirectFunctionCall1(row_to_json, record);
-	Datum		jsonb = DirectFunctionCall1(jsonb_in, CStringGetDatum(text_to_cstring(DatumGetTextPP(json))));
 	char	   *key = key_attno > 0 ? SPI_getvalue(row, emitted, key_attno) : NULL;
+	StringInfoData json;
 	int			a = 0;
+
+	Assert(emitted->tdtypeid == RECORDOID && emitted->tdtypmod >= 0);
+	if (plan_typmod != (uint32) emitted->tdtypmod + 1)
+	{
+		MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+
+		sdp_json_plan_rows(emitted, &plan);	/* a few bytes per column, once per flow */
+		plan_typmod = (uint32) emitted->tdtypmod + 1;
+		MemoryContextSwitchTo(old);
+	}
+	initStringInfo(&json);
+	if (plan.direct)
+	{
+		Datum	   *cols = palloc(sizeof(Datum) * Max(emitted->natts, 1));
+		bool	   *colnulls = palloc(sizeof(bool) * Max(emitted->natts, 1));
+
+		heap_deform_tuple(row, emitted, cols, colnulls);
+		sdp_json_encode_row(&plan, emitted, cols, colnulls, &json);
+	}
+	else
+		appendStringInfoString(&json, sdp_json_row_general(heap_copy_tuple_as_datum(row, emitted)));
 
 	values[a++] = Int64GetDatum(flow_id);
 	if (outbox->natts == 4)
 		values[a++] = Int32GetDatum(worker);
 	values[a] = key ? CStringGetTextDatum(key) : (Datum) 0;
 	nulls[a++] = key == NULL;
-	values[a++] = CStringGetTextDatum(DatumGetCString(DirectFunctionCall1(jsonb_out, jsonb)));
+	values[a++] = PointerGetDatum(cstring_to_text_with_len(json.data, json.len));
 	return heap_form_tuple(outbox, values, nulls);
 }
 
