@@ -12,7 +12,7 @@
  * JsonEncodeDateTime writes them.  Any other type (a domain, an array, a
  * composite, json, a type with a cast to json, ...), or two columns of one
  * name, and the row goes the general way: row_to_json, then jsonb's input
- * and output, which is what to_jsonb gives.  Test 006 compares the two
+ * and output, which is what to_jsonb gives.  pg_regress 008 compares the two
  * over values at the edges of every type handled here.
  */
 #include "sdp.h"

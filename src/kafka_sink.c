@@ -268,12 +268,6 @@ sdp_sink_check_key(TupleDesc rows, const char *sink_key, bool operator_rows)
 }
 
 /*
- * The transform that fills a sink flow's outbox: the flow's own as a
- * subquery (or, without transform, the declared columns of the input, not
- * its Kafka metadata), each row as (flow_id, key, value), value the JSON
- * object of its columns, which is what a source's JSON decoding reads back.
- */
-/*
  * The JSON of a row as SQL: sdp.row_json (0.6), to_jsonb's text written
  * directly, or to_jsonb itself on older catalogs.  In a transaction.
  */
@@ -289,6 +283,12 @@ row_json_call(const char *alias)
 	return psprintf("pg_catalog.to_jsonb(%s)::pg_catalog.text", alias);
 }
 
+/*
+ * The transform that fills a sink flow's outbox: the flow's own as a
+ * subquery (or, without transform, the declared columns of the input, not
+ * its Kafka metadata), each row as (flow_id, key, value), value the JSON
+ * object of its columns, which is what a source's JSON decoding reads back.
+ */
 char *
 sdp_sink_outbox_sql(const char *transform_sql, SdpInputSchema *schema, int64 flow_id, int worker,
 					const char *sink_key)

@@ -224,17 +224,17 @@ unmark_dirty(SdpStateStore *store, const char *key)
 }
 
 /*
- * Delete the resting keys (the writer, holding no key): always, or only
- * when the state has used a quarter of its limit.  They are in the dirty set
- * already; they are marked again by name in case.
+ * Delete the resting keys once the state has used a quarter of its limit
+ * (the writer, holding no key).  They are in the dirty set already; they
+ * are marked again by name in case.
  */
 void
-sdp_state_purge_resting(SdpStateStore *store, bool always)
+sdp_state_purge_resting(SdpStateStore *store)
 {
 	dshash_seq_status status;
 	SdpStateEntry *e;
 
-	if (store->nresting == 0 || (!always && sdp_state_memory(store) < store->limit_bytes / REST_SHARE_DIVISOR))
+	if (store->nresting == 0 || sdp_state_memory(store) < store->limit_bytes / REST_SHARE_DIVISOR)
 		return;
 	dshash_seq_init(&status, store->table, true);
 	while ((e = dshash_seq_next(&status)) != NULL)

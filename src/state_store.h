@@ -150,7 +150,7 @@ extern int32 sdp_state_key_partition(SdpStateStore *store, const char *key, bool
 extern void sdp_state_mark_dirty(SdpStateStore *store, const char *key);
 extern void sdp_state_mark_key_dirty(SdpKeyState *ks);
 extern void sdp_state_clear_dirty(SdpStateStore *store);
-extern void sdp_state_purge_resting(SdpStateStore *store, bool always);
+extern void sdp_state_purge_resting(SdpStateStore *store);
 
 /* Whether the last error was raised by dshash allocating within the store's limit. */
 static inline bool

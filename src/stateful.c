@@ -817,7 +817,7 @@ sdp_stateful_operate(FlowWorker *w, Batch *b, HeapTuple *rows, const int32 *part
 
 	w->state_mutated = true;
 	/* keys at rest make room before the state passes a quarter of its limit */
-	sdp_state_purge_resting(w->store, false);
+	sdp_state_purge_resting(w->store);
 	ctx->now = GetCurrentTimestamp();
 	ctx->emit_cxt = CurrentMemoryContext;
 	ctx->emitted = NIL;
