@@ -167,6 +167,8 @@ sdp_flow_worker_main(Datum main_arg)
 							w->args.name, w->args.worker_no, lfirst_int(lc))));
 		}
 		MemoryContextSwitchTo(oldcxt);
+		/* its delivery reports wake the worker while a transaction awaits them */
+		AddWaitEventToSet(w->wait_set, WL_SOCKET_READABLE, kafka_relay_event_fd(w->relay), NULL, NULL);
 		ereport(LOG,
 				(errmsg("sdp flow \"%s\" produces to topic \"%s\" of sink \"%s\" through its outbox",
 						w->args.name, w->sink_def.topic, w->sink_def.name)));
@@ -255,6 +257,24 @@ sdp_worker_set_broker(FlowWorker *w, bool ok, const char *error)
 		w->slot->broker_error_at = now;
 	}
 	SpinLockRelease(&w->slot->mutex);
+}
+
+/*
+ * Wait up to timeout_ms on the worker's wait set: a message, the latch, or
+ * the relay's producer (whose queue is then served: a delivery report).
+ */
+static void
+worker_wait_events(FlowWorker *w, long timeout_ms)
+{
+	WaitEvent	event;
+
+	if (WaitEventSetWait(w->wait_set, timeout_ms, &event, 1, PG_WAIT_EXTENSION) > 0)
+	{
+		if (event.events & WL_LATCH_SET)
+			ResetLatch(MyLatch);
+		else if (w->relay && event.fd == kafka_relay_event_fd(w->relay))
+			kafka_relay_serve(w->relay);
+	}
 }
 
 /* Sleep up to timeout_ms, staying responsive to stop requests and postmaster death. */
@@ -674,8 +694,11 @@ worker_open_source(FlowWorker *w)
 		sdp_stateful_restore(w);
 	worker_take_partitions(w, n, partitions);
 
-	/* One wait set for the whole life of the worker: latch, Kafka's wakeup pipe, postmaster death. */
-	w->wait_set = CreateWaitEventSet(TopMemoryContext, 3);
+	/*
+	 * One wait set for the whole life of the worker: latch, Kafka's wakeup
+	 * pipe, postmaster death, and a sink flow's relay (added with it).
+	 */
+	w->wait_set = CreateWaitEventSet(TopMemoryContext, 4);
 	AddWaitEventToSet(w->wait_set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
 	AddWaitEventToSet(w->wait_set, WL_SOCKET_READABLE, kafka_source_event_fd(w->kafka), NULL, NULL);
 	AddWaitEventToSet(w->wait_set, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL, NULL);
@@ -1014,14 +1037,11 @@ worker_poll(FlowWorker *w)
 
 		while (n < max_rows && bytes < max_bytes)
 		{
-			WaitEvent	event;
 			long		left = ms_until(GetCurrentTimestamp(), until);
 
 			if (left <= 0)
 				break;
-			if (WaitEventSetWait(w->wait_set, linger_wait_ms(w, left), &event, 1, PG_WAIT_EXTENSION) > 0 &&
-				(event.events & WL_LATCH_SET))
-				ResetLatch(MyLatch);
+			worker_wait_events(w, linger_wait_ms(w, left));
 			CHECK_FOR_INTERRUPTS();
 			n += kafka_source_poll(w->kafka, w->poll_buf + n, max_rows - n, &bytes, max_bytes);
 		}
@@ -1233,7 +1253,6 @@ worker_loop(FlowWorker *w)
 		if (n == 0)
 		{
 			/* Nothing arrived: sleep until a message, the latch, or the next periodic work. */
-			WaitEvent	event;
 			TimestampTz next = Min(w->next_progress, w->next_watermarks);
 
 			if (w->op)
@@ -1247,13 +1266,16 @@ worker_loop(FlowWorker *w)
 
 				if (due != 0)
 					next = Min(next, due);
-				/* a transaction in flight: look at its acknowledgements every millisecond */
-				if (w->relay_pending || kafka_relay_busy(w->relay))
+				/*
+				 * A transaction in flight: its delivery reports wake the
+				 * worker (then it commits), or its deadline does.
+				 */
+				if (kafka_relay_busy(w->relay))
+					next = Min(next, kafka_relay_ack_deadline(w->relay));
+				else if (w->relay_pending)
 					next = Min(next, TimestampTzPlusMilliseconds(now, 1));
 			}
-			if (WaitEventSetWait(w->wait_set, ms_until(now, next), &event, 1, PG_WAIT_EXTENSION) > 0 &&
-				(event.events & WL_LATCH_SET))
-				ResetLatch(MyLatch);
+			worker_wait_events(w, ms_until(now, next));
 		}
 	}
 }

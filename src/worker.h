@@ -161,7 +161,7 @@ typedef struct FlowWorker
 	int		   *partition_index;	/* partition id -> index, -1 if not assigned */
 
 	rd_kafka_message_t **poll_buf;
-	WaitEventSet *wait_set;
+	WaitEventSet *wait_set;		/* latch, the source's queue, postmaster death (, the relay's producer) */
 	SdpMetrics	metrics;
 
 	TimestampTz next_progress;
