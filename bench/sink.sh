@@ -33,6 +33,12 @@
 #              producer, a consumer of its output), and the embedded broker
 #              carrying both at 10,000 events/s saturated the 2 cores (1-hop
 #              floor P99 430-790 ms).
+#       2-hop txn floor (a round of its own, at the same rates): the same
+#              pipe producing in Kafka transactions, one per round of what
+#              has arrived, committed once acknowledged (kafka_floor
+#              --transactional), and a read_committed consumer of its
+#              output: what an exactly-once write back to Kafka costs here
+#              without PostgreSQL (no outbox, no commit, no WAL flush).
 #  2. throughput: a backlog of SINK_EVENTS (default 150,000) events on 8
 #     partitions, produced beforehand, drained by a new flow, SINK_RUNS times
 #     (default 3) for each case, alternating: into an unindexed table, and to
@@ -80,16 +86,17 @@ bench_server sink 'track_commit_timestamp = on'
 bench_start
 median() { tr ' ' '\n' | grep -v '^$' | sort -n | awk '{v[NR]=$1} END {if (NR == 0) print "nan"; else print (NR % 2) ? v[(NR+1)/2] : (v[NR/2] + v[NR/2+1]) / 2}'; }
 now() { date +%s.%N; }
+cputicks() { awk '{sub(/^.*\) /, ""); print $12 + $13}' "/proc/$1/stat"; }  # utime + stime of PID (all threads)
 
 topics=(--topic tput:8)
 for r in $(seq "$runs"); do topics+=(--topic "tput_out$r:8"); done
 for rate in $rates; do
   for r in $(seq "$rounds"); do
-    topics+=(--topic "t${rate}_$r:4" --topic "s${rate}_$r:4" --topic "o${rate}_$r:4" --topic "h${rate}_$r:4" --topic "f${rate}_$r:4")
+    topics+=(--topic "t${rate}_$r:4" --topic "s${rate}_$r:4" --topic "o${rate}_$r:4" --topic "h${rate}_$r:4" --topic "f${rate}_$r:4" --topic "e${rate}_$r:4" --topic "g${rate}_$r:4")
   done
 done
 tools/sdp_broker "${topics[@]}" --addr-file "$dir/broker.addr" --quiet > "$dir/broker.log" 2>&1 &
-pids+=($!)
+pids+=($!); broker=$!
 for _ in $(seq 100); do [ -s "$dir/broker.addr" ] && break; sleep 0.1; done
 boot=$(cat "$dir/broker.addr")
 
@@ -144,27 +151,33 @@ declare -A res
 echo "Latency (ms), the enrich flow in append mode; floor = bare consumer of the input topic, same run, same window"
 echo "  table: e2eLatencyMs (Kafka timestamp -> commit); sink: the same to the commit of its outbox rows (\"to commit\"),"
 echo "  and to the receipt of the output message by a read_committed consumer of the sink's topic (\"to consumer\")"
-printf '  %-22s %-6s %9s %9s %9s %9s %9s %9s %11s %8s\n' "case" "round" "P50" "P99" "floor P50" "floor P99" "commit P50" "commit P99" "P99 - floor" "samples"
+echo "  CPU: % of a core over the producer's 10 s, of the flow's worker (or the pipe) and of the broker"
+printf '  %-22s %-6s %9s %9s %9s %9s %9s %9s %11s %8s %6s %6s\n' "case" "round" "P50" "P99" "floor P50" "floor P99" "commit P50" "commit P99" "P99 - floor" "samples" "CPU" "broker"
 for rate in $rates; do
   hop2=0; [[ " ${SINK_HOP2_RATES:-1000 10000} " == *" $rate "* ]] && hop2=1
   for r in $(seq "$rounds"); do
     # the order of the kinds turns by round
-    kinds=(table sink); [ "$hop2" = 1 ] && kinds+=(hop2)
+    kinds=(table sink); [ "$hop2" = 1 ] && kinds+=(hop2 eos)
     order=""; for i in "${!kinds[@]}"; do order+=" ${kinds[$(( (i + r - 1) % ${#kinds[@]} ))]}"; done
     for kind in $order; do
       name="${kind:0:1}${rate}_$r"; intopic="${kind:0:1}${rate}_$r"
-      if [ "$kind" = hop2 ]; then
-        # the 2-hop floor: a pipe of its own (so the 1-hop floor stays a bare consumer), and its consumer
-        tools/kafka_floor --bootstrap "$boot" --topic "f${rate}_$r" --duration 14 --out "$dir/hop2_$name.txt" > "$dir/hop2_$name.json" &
+      if [ "$kind" = hop2 ] || [ "$kind" = eos ]; then
+        # the 2-hop floor: a pipe of its own (so the 1-hop floor stays a bare consumer), and its
+        # consumer; eos: the pipe produces in Kafka transactions, read by a read_committed consumer
+        pipeout="f${rate}_$r"; pipeopt=(); consopt=()
+        [ "$kind" = eos ] && { pipeout="g${rate}_$r"; pipeopt=(--transactional); consopt=(-X isolation.level=read_committed); }
+        tools/kafka_floor --bootstrap "$boot" --topic "$pipeout" --duration 14 "${consopt[@]}" --out "$dir/hop2_$name.txt" > "$dir/hop2_$name.json" &
         hpid=$!
         while ! grep -q ready "$dir/hop2_$name.json" 2>/dev/null; do sleep 0.05; done
-        tools/kafka_floor --bootstrap "$boot" --topic "$intopic" --duration 13 --relay-to "f${rate}_$r" > "$dir/pipe_$name.json" &
+        tools/kafka_floor --bootstrap "$boot" --topic "$intopic" --duration 13 --relay-to "$pipeout" "${pipeopt[@]}" > "$dir/pipe_$name.json" &
+        wpid=$!
         while ! grep -q ready "$dir/pipe_$name.json" 2>/dev/null; do sleep 0.05; done
       else
         if [ "$kind" = table ]; then o="out_$name"; else o="o${rate}_$r"; fi
         make_flow "$kind" "$name" "$intopic" "$o" "4 seconds"
         wait_running "$name"
         wait_relay "$name"
+        wpid=$(sql -c "SELECT pid FROM sdp.flow_status WHERE flow = '$name'")
       fi
       tools/kafka_floor --bootstrap "$boot" --topic "$intopic" --duration 13 --out "$dir/floor_$name.txt" > "$dir/floor_$name.json" &
       fpid=$!
@@ -179,13 +192,16 @@ for rate in $rates; do
             -- sleep 6 >/dev/null 2>&1 &
         fi
       fi
+      w0=$(cputicks "$wpid"); b0=$(cputicks "$broker")
       t0=$(date +%s.%N)
       tools/flight_sim --bootstrap "$boot" --topic "$intopic" --aircraft 2000 --rate "$rate" --linger-ms 1 \
         --duration 10 --quiet > /dev/null &
       sim=$!
-      if [ "$kind" = hop2 ]; then
+      if [ "$kind" = hop2 ] || [ "$kind" = eos ]; then
         # no flow, no progress report: the window from 2 to 6 s after the producer started
-        wait "$sim"; wait "$fpid"; wait "$hpid"
+        wait "$sim"
+        wcpu=$(( $(cputicks "$wpid") - w0 )); bcpu=$(( $(cputicks "$broker") - b0 ))
+        wait "$fpid"; wait "$hpid"; wait "$wpid"
         lo=$(echo "$t0 * 1000 + 2000" | bc -l); hi=$(echo "$lo + 4000" | bc -l)
         cp50=-; cp99=-
       else
@@ -193,7 +209,9 @@ for rate in $rates; do
         until [ "$(sql -c "SELECT coalesce(extract(epoch FROM (j->>'timestamp')::timestamptz) - (j->>'intervalSeconds')::float8 >= $t0, false)
                            FROM (SELECT sdp_flow_progress('$name') AS j) s")" = t ]; do sleep 0.1; done
         p=$(sql -c "SELECT sdp_flow_progress('$name')")
-        wait "$sim"; wait "$fpid"
+        wait "$sim"
+        wcpu=$(( $(cputicks "$wpid") - w0 )); bcpu=$(( $(cputicks "$broker") - b0 ))
+        wait "$fpid"
         read -r cp50 cp99 nsamples hi len < <(sql -c "SELECT concat_ws(' ',
             j->'latencies'->'e2eLatencyMs'->>'P50', j->'latencies'->'e2eLatencyMs'->>'P99',
             j->'latencies'->'e2eLatencyMs'->>'samples',
@@ -207,21 +225,27 @@ for rate in $rates; do
         read -r sp50 sp99 sn < <(pct "$dir/cons_$name.txt" "$lo" "$hi")
         label="sink $rate/s"
       fi
-      if [ "$kind" = hop2 ]; then
+      if [ "$kind" = hop2 ] || [ "$kind" = eos ]; then
         read -r sp50 sp99 sn < <(pct "$dir/hop2_$name.txt" "$lo" "$hi")
-        label="2-hop floor $rate/s"
+        label="2-hop floor $rate/s"; [ "$kind" = eos ] && label="2-hop txn floor $rate/s"
       fi
       if [ "$kind" = table ]; then
         sp50=$cp50; sp99=$cp99; sn=$nsamples; cp50=-; cp99=-
         label="table $rate/s"
       fi
       d=$(echo "$sp99 - $fp99" | bc -l)
-      printf '  %-22s %-6s %9.3f %9.3f %9.3f %9.3f %9s %9s %11.3f %8d\n' "$label" "$r" "$sp50" "$sp99" "$fp50" "$fp99" "$cp50" "$cp99" "$d" "$sn"
+      wpct=$(echo "$wcpu * 100 / $ticks / 10" | bc -l); bpct=$(echo "$bcpu * 100 / $ticks / 10" | bc -l)
+      printf '  %-22s %-6s %9.3f %9.3f %9.3f %9.3f %9s %9s %11.3f %8d %6.1f %6.1f\n' "$label" "$r" "$sp50" "$sp99" "$fp50" "$fp99" "$cp50" "$cp99" "$d" "$sn" "$wpct" "$bpct"
       res[$kind$rate.p50]="${res[$kind$rate.p50]:-} $sp50"; res[$kind$rate.p99]="${res[$kind$rate.p99]:-} $sp99"
       res[$kind$rate.f50]="${res[$kind$rate.f50]:-} $fp50"; res[$kind$rate.f99]="${res[$kind$rate.f99]:-} $fp99"
       res[$kind$rate.d]="${res[$kind$rate.d]:-} $d"
+      if [ "$kind" = eos ]; then
+        txns=$(sed -n 's/.*"transactions": \([0-9]*\).*/\1/p' "$dir/pipe_$name.json")
+        [ -n "$txns" ] && [ "$txns" -gt 0 ] && printf '  %-22s %-6s the pipe committed %d Kafka transactions, %.3f ms of its CPU each\n' "" "" "$txns" \
+          "$(echo "$wcpu * 1000 / $ticks / $txns" | bc -l)"
+      fi
       [ "$kind" = sink ] && res[$kind$rate.c99]="${res[$kind$rate.c99]:-} $cp99"
-      if [ "$kind" != hop2 ]; then
+      if [ "$kind" = table ] || [ "$kind" = sink ]; then
         sql -c "SELECT sdp_stop_flow('$name')" >/dev/null
         drop_flow "$name" "$kind"
       fi
@@ -232,9 +256,10 @@ echo
 echo "Medians over the rounds (ms)"
 printf '  %-22s %9s %9s %9s %9s %11s %14s\n' "case" "P50" "P99" "floor P50" "floor P99" "P99 - floor" "sink commit P99"
 for rate in $rates; do
-  for kind in table sink hop2; do
+  for kind in table sink hop2 eos; do
     [ -n "${res[$kind$rate.p99]:-}" ] || continue
-    printf '  %-22s %9.3f %9.3f %9.3f %9.3f %11.3f %14s\n' "$( [ "$kind" = hop2 ] && echo "2-hop floor" || echo "$kind") $rate/s" \
+    label=$kind; [ "$kind" = hop2 ] && label="2-hop floor"; [ "$kind" = eos ] && label="2-hop txn floor"
+    printf '  %-22s %9.3f %9.3f %9.3f %9.3f %11.3f %14s\n' "$label $rate/s" \
       "$(echo "${res[$kind$rate.p50]}" | median)" "$(echo "${res[$kind$rate.p99]}" | median)" \
       "$(echo "${res[$kind$rate.f50]}" | median)" "$(echo "${res[$kind$rate.f99]}" | median)" \
       "$(echo "${res[$kind$rate.d]}" | median)" "$( [ "$kind" = sink ] && echo "${res[$kind$rate.c99]}" | median || echo -)"
@@ -243,6 +268,8 @@ done
 for rate in $rates; do
   [ -n "${res[hop2$rate.p99]:-}" ] && printf '  %-22s sink P99 - 2-hop floor P99 (medians): %.3f\n' "sink $rate/s" \
     "$(echo "$(echo "${res[sink$rate.p99]}" | median) - $(echo "${res[hop2$rate.p99]}" | median)" | bc -l)"
+  [ -n "${res[eos$rate.p99]:-}" ] && printf '  %-22s sink P99 - 2-hop txn floor P99 (medians): %.3f\n' "sink $rate/s" \
+    "$(echo "$(echo "${res[sink$rate.p99]}" | median) - $(echo "${res[eos$rate.p99]}" | median)" | bc -l)"
 done
 echo
 fi

@@ -16,7 +16,10 @@
  * a sink reads).
  *
  *   kafka_floor --bootstrap ADDR --topic T --duration SECONDS [--out FILE]
- *               [--payload-ts FIELD] [--relay-to TOPIC] [-X prop=value]...
+ *               [--payload-ts FIELD] [--relay-to TOPIC [--transactional]]
+ *               [-X prop=value]... [-P prop=value]...
+ *
+ * -X sets a property of the consumer, -P one of the --relay-to producer.
  *
  * With --relay-to TOPIC it also produces every message it reads to TOPIC
  * (same key, value and timestamp; linger 1 ms, acks=all, idempotent), as a
@@ -24,9 +27,19 @@
  * then times two trips through Kafka, the floor of a flow whose output goes
  * back to Kafka (a sink flow).
  *
+ * With --transactional too, the pipe produces in Kafka transactions, as a
+ * sink flow's relay does (transactional.id sdp_ext.kafka_floor.<pid>): it
+ * takes what has arrived (at most 10,000 messages), produces it in a
+ * transaction, waits for the acknowledgements (rd_kafka_flush every
+ * millisecond, as the relay does: librdkafka 2.0 wakes its broker threads
+ * for that) and commits; what arrives meanwhile waits for the next
+ * transaction.  A read_committed consumer of TOPIC then times the least an
+ * exactly-once write back to Kafka costs here, without PostgreSQL.
+ *
  * Writes one line per message to --out: "<timestamp ms> <latency us>" (the
  * Kafka timestamp, or FIELD's), and prints a JSON summary (count, P50, P99
- * in ms) on stdout at the end.
+ * in ms, the transactions committed with --transactional) on stdout at the
+ * end.
  */
 #define _GNU_SOURCE
 #include <librdkafka/rdkafka.h>
@@ -37,6 +50,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define MAX_PROPS 32
 
@@ -95,6 +109,23 @@ payload_ts(const rd_kafka_message_t *m, const char *field)
 	}
 }
 
+/* A delivery report callback, so that librdkafka queues the reports rd_kafka_flush waits for. */
+static void
+delivered(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
+{
+}
+
+/* Reports a failed transactional call; true when it failed. */
+static bool
+txn_check(rd_kafka_error_t *error, const char *what)
+{
+	if (error == NULL)
+		return false;
+	fprintf(stderr, "kafka_floor: %s: %s\n", what, rd_kafka_error_string(error));
+	rd_kafka_error_destroy(error);
+	return true;
+}
+
 static void
 conf_set(rd_kafka_conf_t *conf, const char *key, const char *value)
 {
@@ -116,6 +147,8 @@ main(int argc, char **argv)
 	const char *ts_field = NULL;
 	const char *relay_topic = NULL;
 	rd_kafka_t *relay = NULL;
+	bool		transactional = false;
+	long		transactions = 0;
 	double		duration = 10;
 	rd_kafka_conf_t *conf = rd_kafka_conf_new();
 	rd_kafka_t *rk;
@@ -153,6 +186,8 @@ main(int argc, char **argv)
 			ts_field = argv[++i];
 		else if (strcmp(argv[i], "--relay-to") == 0 && i + 1 < argc)
 			relay_topic = argv[++i];
+		else if (strcmp(argv[i], "--transactional") == 0)
+			transactional = true;
 		else if ((strcmp(argv[i], "-X") == 0 || strcmp(argv[i], "-P") == 0) && i + 1 < argc)
 		{
 			bool		producer = argv[i][1] == 'P';
@@ -180,7 +215,7 @@ main(int argc, char **argv)
 		}
 		else
 		{
-			fprintf(stderr, "usage: kafka_floor --bootstrap ADDR --topic T --duration S [--out FILE] [--payload-ts FIELD] [--relay-to TOPIC] [-X prop=value]...\n");
+			fprintf(stderr, "usage: kafka_floor --bootstrap ADDR --topic T --duration S [--out FILE] [--payload-ts FIELD] [--relay-to TOPIC [--transactional]] [-X prop=value]...\n");
 			return 2;
 		}
 	}
@@ -209,6 +244,14 @@ main(int argc, char **argv)
 		conf_set(pconf, "acks", "all");
 		conf_set(pconf, "enable.idempotence", "true");
 		conf_set(pconf, "socket.nagle.disable", "true");
+		if (transactional)
+		{
+			char		id[64];
+
+			snprintf(id, sizeof(id), "sdp_ext.kafka_floor.%d", (int) getpid());
+			conf_set(pconf, "transactional.id", id);
+			rd_kafka_conf_set_dr_msg_cb(pconf, delivered);
+		}
 		for (int i = 0; i < nprops; i++)
 			conf_set(pconf, pprops[i][0], pprops[i][1]);
 		relay = rd_kafka_new(RD_KAFKA_PRODUCER, pconf, err, sizeof(err));
@@ -217,6 +260,13 @@ main(int argc, char **argv)
 			fprintf(stderr, "kafka_floor: %s\n", err);
 			return 1;
 		}
+		if (transactional && txn_check(rd_kafka_init_transactions(relay, 10000), "init_transactions"))
+			return 1;
+	}
+	else if (transactional)
+	{
+		fprintf(stderr, "kafka_floor: --transactional needs --relay-to\n");
+		return 2;
 	}
 	rkt = rd_kafka_topic_new(rk, topic, NULL);
 	if (rd_kafka_metadata(rk, 0, rkt, &md, 10000) != RD_KAFKA_RESP_ERR_NO_ERROR ||
@@ -247,44 +297,61 @@ main(int argc, char **argv)
 	while (!stop_requested && now_us() < end_us)
 	{
 		rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 100);
-		int64_t		received,
-					ts;
+		int			taken = 0;
 
-		if (relay)
+		if (relay && !transactional)
 			rd_kafka_poll(relay, 0);
 		if (m == NULL)
 			continue;
-		received = now_us();
-		if (relay && m->err == RD_KAFKA_RESP_ERR_NO_ERROR)
-			(void) rd_kafka_producev(relay,
-									 RD_KAFKA_V_TOPIC(relay_topic),
-									 RD_KAFKA_V_PARTITION(m->partition),
-									 RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-									 RD_KAFKA_V_KEY(m->key, m->key_len),
-									 RD_KAFKA_V_VALUE(m->payload, m->len),
-									 RD_KAFKA_V_TIMESTAMP(rd_kafka_message_timestamp(m, NULL)),
-									 RD_KAFKA_V_END);
-		if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR &&
-			(ts = ts_field ? payload_ts(m, ts_field) : rd_kafka_message_timestamp(m, NULL)) > 0)
+		if (transactional && txn_check(rd_kafka_begin_transaction(relay), "begin_transaction"))
+			return 1;
+		/* what has arrived: one message, or with --transactional all there is, in one transaction */
+		do
 		{
-			if (n == cap)
+			int64_t		received = now_us(),
+						ts;
+
+			if (relay && m->err == RD_KAFKA_RESP_ERR_NO_ERROR)
+				(void) rd_kafka_producev(relay,
+										 RD_KAFKA_V_TOPIC(relay_topic),
+										 RD_KAFKA_V_PARTITION(m->partition),
+										 RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+										 RD_KAFKA_V_KEY(m->key, m->key_len),
+										 RD_KAFKA_V_VALUE(m->payload, m->len),
+										 RD_KAFKA_V_TIMESTAMP(rd_kafka_message_timestamp(m, NULL)),
+										 RD_KAFKA_V_END);
+			if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR &&
+				(ts = ts_field ? payload_ts(m, ts_field) : rd_kafka_message_timestamp(m, NULL)) > 0)
 			{
-				cap = cap ? cap * 2 : 1 << 16;
-				lat = realloc(lat, cap * sizeof(int64_t));
+				if (n == cap)
+				{
+					cap = cap ? cap * 2 : 1 << 16;
+					lat = realloc(lat, cap * sizeof(int64_t));
+				}
+				lat[n++] = received - ts * 1000;
+				if (out)
+					fprintf(out, "%lld %lld\n", (long long) ts, (long long) (received - ts * 1000));
 			}
-			lat[n++] = received - ts * 1000;
-			if (out)
-				fprintf(out, "%lld %lld\n", (long long) ts, (long long) (received - ts * 1000));
+			rd_kafka_message_destroy(m);
+		} while (transactional && ++taken < 10000 && (m = rd_kafka_consumer_poll(rk, 0)) != NULL);
+		if (transactional)
+		{
+			int64_t		deadline = now_us() + 10000000;
+
+			while (rd_kafka_outq_len(relay) > 0 && now_us() < deadline)
+				(void) rd_kafka_flush(relay, 1);
+			if (txn_check(rd_kafka_commit_transaction(relay, 10000), "commit_transaction"))
+				return 1;
+			transactions++;
 		}
-		rd_kafka_message_destroy(m);
 	}
 	if (out)
 		fclose(out);
 	qsort(lat, n, sizeof(int64_t), cmp_i64);
 	/* nearest-rank percentiles, as the flows' progress reports compute them */
-	printf("{\"count\": %zu, \"p50_ms\": %.3f, \"p99_ms\": %.3f}\n", n,
+	printf("{\"count\": %zu, \"p50_ms\": %.3f, \"p99_ms\": %.3f, \"transactions\": %ld}\n", n,
 		   n ? lat[(size_t) ((n * 50 + 99) / 100) - 1] / 1000.0 : 0.0,
-		   n ? lat[(size_t) ((n * 99 + 99) / 100) - 1] / 1000.0 : 0.0);
+		   n ? lat[(size_t) ((n * 99 + 99) / 100) - 1] / 1000.0 : 0.0, transactions);
 	rd_kafka_consumer_close(rk);
 	rd_kafka_destroy(rk);
 	if (relay)
