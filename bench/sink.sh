@@ -39,6 +39,9 @@
 #              --transactional), and a read_committed consumer of its
 #              output: what an exactly-once write back to Kafka costs here
 #              without PostgreSQL (no outbox, no commit, no WAL flush).
+#     Each round also gives the CPU (user + system, all threads, /proc) of the
+#     flow's worker (or the pipe) and of the broker over the producer's 10 s,
+#     in % of a core; the transactional pipe's, per Kafka transaction too.
 #  2. throughput: a backlog of SINK_EVENTS (default 150,000) events on 8
 #     partitions, produced beforehand, drained by a new flow, SINK_RUNS times
 #     (default 3) for each case, alternating: into an unindexed table, and to
