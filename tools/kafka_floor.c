@@ -215,7 +215,7 @@ main(int argc, char **argv)
 		}
 		else
 		{
-			fprintf(stderr, "usage: kafka_floor --bootstrap ADDR --topic T --duration S [--out FILE] [--payload-ts FIELD] [--relay-to TOPIC [--transactional]] [-X prop=value]...\n");
+			fprintf(stderr, "usage: kafka_floor --bootstrap ADDR --topic T --duration S [--out FILE] [--payload-ts FIELD] [--relay-to TOPIC [--transactional]] [-X prop=value]... [-P prop=value]...\n");
 			return 2;
 		}
 	}
