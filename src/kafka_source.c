@@ -22,6 +22,7 @@
  */
 #include "kafka_source.h"
 
+#include <ctype.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
@@ -144,6 +145,48 @@ on_kafka_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
 		ks->broker_down = true;
 }
 
+/*
+ * librdkafka's line of an offset reset, "TOPIC [P]: offset reset (at
+ * offset N, broker B) to ... offset M: REASON", in our words: "TOPIC [P]:
+ * offset N was gone, reading went on at offset M".  Its wording changes
+ * between librdkafka releases (2.1 added "(leader epoch E)" after each
+ * offset, and "offset " twice before M); a line not read as expected is
+ * kept whole.  No allocation: called from the log callback.
+ */
+static void
+reset_words(const char *text, char *out, size_t len)
+{
+	static const char at[] = "]: offset reset (at ";
+	const char *mark = strstr(text, at);
+	const char *to = mark ? strstr(mark, ") to ") : NULL;
+	const char *p;
+	char	   *end;
+	long long	gone,
+				next;
+
+	if (to == NULL)
+		goto verbatim;
+	p = mark + strlen(at);
+	if (strncmp(p, "offset ", 7) == 0)
+		p += 7;
+	gone = strtoll(p, &end, 10);
+	if (end == p)
+		goto verbatim;
+	/* the new offset: the first "offset " followed by a digit after ") to " */
+	for (p = strstr(to, "offset "); p != NULL; p = strstr(p + 7, "offset "))
+		if (isdigit((unsigned char) p[7]))
+			break;
+	if (p == NULL)
+		goto verbatim;
+	next = strtoll(p + 7, &end, 10);
+	snprintf(out, len, "%.*s]: offset %lld was gone, reading went on at offset %lld",
+			 (int) (mark - text), text, gone, next);
+	return;
+
+verbatim:
+	strlcpy(out, text, len);
+}
+
 /* librdkafka log callback, served from the log queue on our thread: records only. */
 static void
 on_kafka_log(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
@@ -157,6 +200,7 @@ on_kafka_log(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
 	 * "topic [p]: offset reset (at offset N, broker B) to ... offset M: ...":
 	 * the offset to read was no longer on the broker (retention deleted it)
 	 * and auto.offset.reset moved on; messages N..M-1 are lost to the flow.
+	 * The line itself is also kept below, for the server log.
 	 */
 	if (strcmp(fac, "OFFSET") == 0 && strstr(buf, "offset reset") != NULL)
 	{
@@ -164,7 +208,7 @@ on_kafka_log(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
 
 		if (strncmp(text, "[thrd:", 6) == 0 && strstr(text, "]: ") != NULL)
 			text = strstr(text, "]: ") + 3;	/* drop librdkafka's thread name */
-		strlcpy(ks->reset_line, text, sizeof(ks->reset_line));
+		reset_words(text, ks->reset_line, sizeof(ks->reset_line));
 		ks->nresets++;
 	}
 	if (level > 4)				/* keep warnings and worse */
