@@ -6,6 +6,9 @@
 #   make installcheck    pg_regress (sql/, expected/) and TAP (test/t/)
 #
 # Set CI=true (as CI does) for -Werror and assertion checks.
+# Set RDKAFKA_PREFIX=DIR to build the extension and the tools against the
+# librdkafka installed in DIR (include/, lib/) instead of the system's
+# (bench/librdkafka.sh builds a newer one there).
 
 EXTENSION = sdp_ext
 MODULE_big = sdp_ext
@@ -31,7 +34,12 @@ PG_CPPFLAGS += -DSDP_LIBRARY_VERSION='"$(SDP_LIBRARY_VERSION)"'
 ifeq ($(CI),true)
 PG_CFLAGS += -Werror -DUSE_ASSERT_CHECKING
 endif
-SHLIB_LINK += -lrdkafka -lm
+ifneq ($(RDKAFKA_PREFIX),)
+RDKAFKA_CFLAGS = -isystem $(RDKAFKA_PREFIX)/include
+RDKAFKA_LIBS = -L$(RDKAFKA_PREFIX)/lib -Wl,-rpath,$(RDKAFKA_PREFIX)/lib
+PG_CPPFLAGS += $(RDKAFKA_CFLAGS)
+endif
+SHLIB_LINK += $(RDKAFKA_LIBS) -lrdkafka -lm
 
 # Tools: plain programs beside the extension (embedded broker, event
 # generators, dashboard), built by "make tools" with libraries of their own.
@@ -50,7 +58,7 @@ $(OBJS): $(wildcard src/*.h)
 tools: $(TOOLS)
 
 $(KAFKA_TOOLS): tools/%: tools/%.c $(wildcard tools/*.h)
-	$(CC) $(TOOL_CFLAGS) -o $@ $(filter %.c,$^) -lrdkafka -lm -lpthread
+	$(CC) $(TOOL_CFLAGS) $(RDKAFKA_CFLAGS) -o $@ $(filter %.c,$^) $(RDKAFKA_LIBS) -lrdkafka -lm -lpthread
 
 # the generators' common part, and the broker's messages and stop signals
 tools/sdp_broker tools/flight_sim tools/payment_sim: tools/producer.c

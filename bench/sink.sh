@@ -59,6 +59,9 @@
 #   SINK_PERF=DIR                    perf record -g of the sink flow's worker
 #                                    during the latency rounds into DIR
 #   SINK_LOG=FILE                    keep the server's log there
+#   RDKAFKA_PREFIX=DIR               build the extension and the tools against the
+#                                    librdkafka in DIR (bench/librdkafka.sh), from
+#                                    a clean tree (make clean; rm the tools)
 #   SINK_LINGER_MS=N                 linger.ms of the throughput backlog's producer
 #                                    (default 100: record batches a fetch brings
 #                                    whole, as from a Kafka broker; bench/cpu.sh)
@@ -83,6 +86,8 @@ else
   make -s install PG_CONFIG="$SDP_PG_BIN/pg_config" >/dev/null
 fi
 ticks=$(getconf CLK_TCK)
+# which librdkafka the extension and the tools run with (RDKAFKA_PREFIX)
+echo "librdkafka: $(ldd "$($SDP_PG_BIN/pg_config --pkglibdir)/sdp_ext.so" | awk '/librdkafka/ {print $3}'), tools: $(ldd tools/kafka_floor | awk '/librdkafka/ {print $3}')"
 
 bench_server sink 'track_commit_timestamp = on'
 [ -n "${SINK_LOG:-}" ] && bench_on_exit='cp "$dir/postgres.log" "$SINK_LOG"'
