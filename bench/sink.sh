@@ -41,7 +41,10 @@
 #              without PostgreSQL (no outbox, no commit, no WAL flush).
 #     Each round also gives the CPU (user + system, all threads, /proc) of the
 #     flow's worker (or the pipe) and of the broker over the producer's 10 s,
-#     in % of a core; the transactional pipe's, per Kafka transaction too.
+#     in % of a core; the transactional pipe's, per Kafka transaction too;
+#     and of the whole machine (/proc/stat, every process, summed over its
+#     cores), busy and stolen by the hypervisor: a round whose machine is
+#     near all of its cores measures the machine, not the flow.
 #  2. throughput: a backlog of SINK_EVENTS (default 150,000) events on 8
 #     partitions, produced beforehand, drained by a new flow, SINK_RUNS times
 #     (default 3) for each case, alternating: into an unindexed table, and to
@@ -95,6 +98,9 @@ bench_start
 median() { tr ' ' '\n' | grep -v '^$' | sort -n | awk '{v[NR]=$1} END {if (NR == 0) print "nan"; else print (NR % 2) ? v[(NR+1)/2] : (v[NR/2] + v[NR/2+1]) / 2}'; }
 now() { date +%s.%N; }
 cputicks() { awk '{sub(/^.*\) /, ""); print $12 + $13}' "/proc/$1/stat"; }  # utime + stime of PID (all threads)
+# the machine's busy and stolen ticks, summed over its cores: "BUSY STEAL"
+# (busy = user + nice + system + irq + softirq; steal = time the hypervisor ran others)
+machineticks() { awk '$1 == "cpu" {print $2 + $3 + $4 + $7 + $8, $9}' /proc/stat; }
 
 topics=(--topic tput:8)
 for r in $(seq "$runs"); do topics+=(--topic "tput_out$r:8"); done
@@ -159,8 +165,9 @@ declare -A res
 echo "Latency (ms), the enrich flow in append mode; floor = bare consumer of the input topic, same run, same window"
 echo "  table: e2eLatencyMs (Kafka timestamp -> commit); sink: the same to the commit of its outbox rows (\"to commit\"),"
 echo "  and to the receipt of the output message by a read_committed consumer of the sink's topic (\"to consumer\")"
-echo "  CPU: % of a core over the producer's 10 s, of the flow's worker (or the pipe) and of the broker"
-printf '  %-22s %-6s %9s %9s %9s %9s %9s %9s %11s %8s %6s %6s\n' "case" "round" "P50" "P99" "floor P50" "floor P99" "commit P50" "commit P99" "P99 - floor" "samples" "CPU" "broker"
+echo "  CPU: % of a core over the producer's 10 s, of the flow's worker (or the pipe) and of the broker;"
+echo "  machine: of all the machine's cores (every process; $(nproc) cores: $(( $(nproc) * 100 )) is all of them), busy and stolen by the hypervisor"
+printf '  %-22s %-6s %9s %9s %9s %9s %9s %9s %11s %8s %6s %6s %7s %5s\n' "case" "round" "P50" "P99" "floor P50" "floor P99" "commit P50" "commit P99" "P99 - floor" "samples" "CPU" "broker" "machine" "steal"
 for rate in $rates; do
   hop2=0; [[ " ${SINK_HOP2_RATES:-1000 10000} " == *" $rate "* ]] && hop2=1
   for r in $(seq "$rounds"); do
@@ -200,7 +207,7 @@ for rate in $rates; do
             -- sleep 6 >/dev/null 2>&1 &
         fi
       fi
-      w0=$(cputicks "$wpid"); b0=$(cputicks "$broker")
+      w0=$(cputicks "$wpid"); b0=$(cputicks "$broker"); read -r m0 s0 < <(machineticks)
       t0=$(date +%s.%N)
       tools/flight_sim --bootstrap "$boot" --topic "$intopic" --aircraft 2000 --rate "$rate" --linger-ms 1 \
         --duration 10 --quiet > /dev/null &
@@ -209,6 +216,7 @@ for rate in $rates; do
         # no flow, no progress report: the window from 2 to 6 s after the producer started
         wait "$sim"
         wcpu=$(( $(cputicks "$wpid") - w0 )); bcpu=$(( $(cputicks "$broker") - b0 ))
+        read -r m1 s1 < <(machineticks)
         wait "$fpid"; wait "$hpid"; wait "$wpid"
         lo=$(echo "$t0 * 1000 + 2000" | bc -l); hi=$(echo "$lo + 4000" | bc -l)
         cp50=-; cp99=-
@@ -219,6 +227,7 @@ for rate in $rates; do
         p=$(sql -c "SELECT sdp_flow_progress('$name')")
         wait "$sim"
         wcpu=$(( $(cputicks "$wpid") - w0 )); bcpu=$(( $(cputicks "$broker") - b0 ))
+        read -r m1 s1 < <(machineticks)
         wait "$fpid"
         read -r cp50 cp99 nsamples hi len < <(sql -c "SELECT concat_ws(' ',
             j->'latencies'->'e2eLatencyMs'->>'P50', j->'latencies'->'e2eLatencyMs'->>'P99',
@@ -243,7 +252,8 @@ for rate in $rates; do
       fi
       d=$(echo "$sp99 - $fp99" | bc -l)
       wpct=$(echo "$wcpu * 100 / $ticks / 10" | bc -l); bpct=$(echo "$bcpu * 100 / $ticks / 10" | bc -l)
-      printf '  %-22s %-6s %9.3f %9.3f %9.3f %9.3f %9s %9s %11.3f %8d %6.1f %6.1f\n' "$label" "$r" "$sp50" "$sp99" "$fp50" "$fp99" "$cp50" "$cp99" "$d" "$sn" "$wpct" "$bpct"
+      mpct=$(echo "($m1 - $m0) * 100 / $ticks / 10" | bc -l); spct=$(echo "($s1 - $s0) * 100 / $ticks / 10" | bc -l)
+      printf '  %-22s %-6s %9.3f %9.3f %9.3f %9.3f %9s %9s %11.3f %8d %6.1f %6.1f %7.0f %5.0f\n' "$label" "$r" "$sp50" "$sp99" "$fp50" "$fp99" "$cp50" "$cp99" "$d" "$sn" "$wpct" "$bpct" "$mpct" "$spct"
       res[$kind$rate.p50]="${res[$kind$rate.p50]:-} $sp50"; res[$kind$rate.p99]="${res[$kind$rate.p99]:-} $sp99"
       res[$kind$rate.f50]="${res[$kind$rate.f50]:-} $fp50"; res[$kind$rate.f99]="${res[$kind$rate.f99]:-} $fp99"
       res[$kind$rate.d]="${res[$kind$rate.d]:-} $d"
