@@ -218,7 +218,8 @@ launcher_detach_shmem(int code, Datum arg)
  * Read sdp.flows: every declared flow, whether it should run, and its owner
  * (by OID, InvalidOid when its role is gone: a 0.1 catalog keeps owners by
  * name).  Also publish which roles own flows or sources, for DROP ROLE in
- * other databases (roles.c).
+ * other databases (roles.c).  NULL when the catalogs are gone: a DROP
+ * EXTENSION committed since the launcher found the extension installed.
  */
 static WantedFlow *
 read_flows(int *nflows)
@@ -239,8 +240,9 @@ read_flows(int *nflows)
 	 * does) gives every row its own transaction id, which a snapshot taken
 	 * while it ran would not see: no flow at all, and every worker stopped.
 	 */
-	(void) RangeVarGetRelid(makeRangeVar(SDP_SCHEMA, "flows", -1), AccessShareLock, true);
-	(void) RangeVarGetRelid(makeRangeVar(SDP_SCHEMA, "sources", -1), AccessShareLock, true);
+	if (!OidIsValid(RangeVarGetRelid(makeRangeVar(SDP_SCHEMA, "flows", -1), AccessShareLock, true)) ||
+		!OidIsValid(RangeVarGetRelid(makeRangeVar(SDP_SCHEMA, "sources", -1), AccessShareLock, true)))
+		return NULL;
 	/* sinks: from 0.4 */
 	has_sinks = OidIsValid(RangeVarGetRelid(makeRangeVar(SDP_SCHEMA, "sinks", -1), AccessShareLock, true));
 	SPI_connect();
@@ -512,6 +514,12 @@ launcher_reconcile(void)
 
 	sdp_start_transaction();
 	flows = read_flows(&nflows);
+	if (flows == NULL)
+	{
+		/* dropped just now: the next round stops every worker */
+		CommitTransactionCommand();
+		return;
+	}
 	now = GetCurrentTimestamp();
 
 	LWLockAcquire(SdpShmem->lock, LW_EXCLUSIVE);
