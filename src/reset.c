@@ -32,6 +32,8 @@
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "miscadmin.h"
+#include "storage/latch.h"
+#include "utils/wait_event.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
 #include "utils/timestamp.h"
@@ -61,6 +63,10 @@ typedef struct ResetFlow
 	SdpSourceDef source;
 	SdpFlowOptions opts;		/* its share of the partitions (option partitions), if any */
 } ResetFlow;
+
+/* How long a reset waits for the launcher to free the slots of exited workers. */
+#define RESET_SLOT_WAIT_MS	5000
+#define RESET_SLOT_POLL_MS	10
 
 /*
  * Read the flow, check that the current role owns it and that it is
@@ -112,15 +118,41 @@ reset_load_flow(ResetFlow *f)
 				 errmsg("flow \"%s\" is running", f->name),
 				 errdetail("A flow's offsets can be reset only while it is stopped, as a Kafka consumer group's only while it has no member."),
 				 errhint("Stop it first: SELECT sdp_stop_flow('%s'); then reset it, and start it with sdp_start_flow.", f->name)));
-	LWLockAcquire(SdpShmem->lock, LW_SHARED);
-	slot = sdp_slot_find(f->name);
-	LWLockRelease(SdpShmem->lock);
-	if (slot >= 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_IN_USE),
-				 errmsg("flow \"%s\" is stopping", f->name),
-				 errdetail("Its workers have not all exited yet."),
-				 errhint("Try again when sdp.flow_status shows it stopped.")));
+
+	/*
+	 * sdp.flow_status shows the flow stopped once its workers have exited
+	 * (their pids cleared); the launcher frees their slots a moment later,
+	 * when their exits wake it.  Wait for that rather than refuse, so that
+	 * the hint below holds; refuse at once while a worker lives.
+	 */
+	for (int waited_ms = 0;; waited_ms += RESET_SLOT_POLL_MS)
+	{
+		bool		live = false;
+
+		LWLockAcquire(SdpShmem->lock, LW_SHARED);
+		slot = sdp_slot_find(f->name);
+		for (int s = slot; s >= 0; s = sdp_slot_next(f->name, s))
+		{
+			SdpFlowSlot *sl = &SdpShmem->slots[s];
+
+			SpinLockAcquire(&sl->mutex);
+			live = live || sl->pid != 0;
+			SpinLockRelease(&sl->mutex);
+		}
+		LWLockRelease(SdpShmem->lock);
+		if (slot < 0)
+			break;
+		if (live || waited_ms >= RESET_SLOT_WAIT_MS)
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_IN_USE),
+					 errmsg("flow \"%s\" is stopping", f->name),
+					 errdetail("Its workers have not all exited yet."),
+					 errhint("Try again when sdp.flow_status shows it stopped.")));
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 RESET_SLOT_POLL_MS, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+	}
 }
 
 /* Whether the flow reads the partition: every one, or those of its share. */

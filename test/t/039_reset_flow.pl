@@ -130,4 +130,32 @@ is(SdpTest::query($node, "SELECT string_agg(partition || '=' || next_offset, ','
 	  . "(SELECT kafka_partition, max(kafka_offset) + 1 n FROM events GROUP BY 1) x"),
 	'a refused reset changes no offset');
 
+# sdp.flow_status shows a flow stopped once its workers have exited; the
+# launcher frees their slots a moment later.  A reset in that moment waits
+# for the launcher instead of refusing (seen once in CI, test
+# 039_replay_windows: "is stopping" right after the status said stopped).
+# The moment made long: the launcher is paused (SIGSTOP) while the flow is
+# stopped and its worker ends.
+SdpTest::query($node, "SELECT sdp_start_flow('ev')");
+ok(SdpTest::wait_for($node, "SELECT state = 'running' FROM sdp.flow_status WHERE flow = 'ev'"), 'running again');
+my $launcher = SdpTest::query($node, "SELECT pid FROM pg_stat_activity WHERE backend_type = 'sdp launcher'");
+my $worker = SdpTest::query($node, "SELECT pid FROM sdp.flow_status WHERE flow = 'ev'");
+kill 'STOP', $launcher;
+SdpTest::query($node, "SELECT sdp_stop_flow('ev')");
+SdpTest::query($node, "SELECT pg_terminate_backend($worker)");	# what the paused launcher would do
+ok(SdpTest::wait_for($node, "SELECT state = 'stopped' FROM sdp.flow_status WHERE flow = 'ev'"),
+	'the status says stopped once the worker has exited');
+is(SdpTest::query($node, "SELECT count(*) FROM sdp.flow_workers WHERE flow = 'ev'"), '1',
+	'while its slot is still taken (the launcher is paused)');
+my $resetter = $node->background_psql('postgres', on_error_stop => 0);
+$resetter->query_until(qr/started/, "\\echo started\nSELECT sdp_reset_flow('ev', 'earliest') AS reset;\n");
+sleep 1;
+kill 'CONT', $launcher;
+my $reset = $resetter->query("SELECT 'after'");
+$resetter->quit;
+like($reset, qr/\{"0": 0, "1": 0, "2": 0, "3": 0\}/, 'the reset waited for the slot, then reset');
+unlike($resetter->{stderr}, qr/is stopping/, 'and was not refused');
+is(SdpTest::query($node, "SELECT pid FROM pg_stat_activity WHERE backend_type = 'sdp launcher'"), $launcher,
+	'the same launcher');
+
 done_testing();
