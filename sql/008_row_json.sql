@@ -54,3 +54,4 @@ SELECT sdp.row_json(r) = to_jsonb(r)::text AS same, sdp.row_json(r)
 SELECT sdp.row_json(r) = to_jsonb(r)::text AS same, sdp.row_json(r)
   FROM (SELECT 1 AS k, 2 AS k) r;
 SELECT sdp.row_json(NULL::edge) IS NULL AS strict;
+DROP EXTENSION sdp_ext;

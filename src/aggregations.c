@@ -95,6 +95,7 @@ read_flow(const char *flow, AggFlow *f)
 				 errmsg("flow \"%s\" does not use operator window_agg", flow),
 				 errhint("Aggregations belong to a flow declared with operator => 'window_agg'.")));
 	sdp_check_owner(f->owner, f->owner_name, "flow", flow);
+	sdp_refuse_self_change(flow, "change the aggregations of", "an aggregation function");
 }
 
 /* Window sizes, slides and allowances are at most this long (sdp_event_time_usable relies on it). */
@@ -632,15 +633,16 @@ sdp_create_window_table(PG_FUNCTION_ARGS)
 	names = stringToQualifiedNameList(name);
 	qualified = NameListToQuotedString(names);
 	SPI_connect();
+	/* its types and collation by schema: the caller's search_path picks nothing */
 	if (SPI_execute(psprintf("CREATE TABLE %s ("
-							 " emission_id  text COLLATE \"C\" NOT NULL,"
-							 " definition   text COLLATE \"C\" NOT NULL,"
-							 " entity       text COLLATE \"C\" NOT NULL,"
-							 " window_start timestamptz NOT NULL,"
-							 " window_end   timestamptz NOT NULL,"
-							 " value        double precision,"
-							 " row_count    bigint NOT NULL,"
-							 " emitted_at   timestamptz NOT NULL,"
+							 " emission_id  pg_catalog.text COLLATE pg_catalog.\"C\" NOT NULL,"
+							 " definition   pg_catalog.text COLLATE pg_catalog.\"C\" NOT NULL,"
+							 " entity       pg_catalog.text COLLATE pg_catalog.\"C\" NOT NULL,"
+							 " window_start pg_catalog.timestamptz NOT NULL,"
+							 " window_end   pg_catalog.timestamptz NOT NULL,"
+							 " value        pg_catalog.float8,"
+							 " row_count    pg_catalog.int8 NOT NULL,"
+							 " emitted_at   pg_catalog.timestamptz NOT NULL,"
 							 " PRIMARY KEY (definition, entity, window_end, window_start))", qualified), false, 0) != SPI_OK_UTILITY ||
 		SPI_execute(psprintf("CREATE INDEX ON %s USING brin (window_end)", qualified), false, 0) != SPI_OK_UTILITY)
 		elog(ERROR, "could not create window table %s", qualified);

@@ -230,6 +230,7 @@ sdp_alter_flow(PG_FUNCTION_ARGS)
 				 errhint("Give a new transform, options or schema: sdp_alter_flow('%s', transform => ...).", name)));
 	sdp_require_shmem();
 	sdp_require_flow_database();
+	sdp_refuse_self_change(name, "alter", "sdp_alter_flow");
 
 	SPI_connect();
 	alter_load_flow(name, &f);

@@ -23,6 +23,8 @@
 #include "miscadmin.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/json.h"
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
@@ -30,6 +32,7 @@
 #include "utils/syscache.h"
 
 #include "flow.h"
+#include "kafka_properties.h"
 #include "kafka_sink.h"
 #include "kafka_source.h"
 #include "operator.h"
@@ -46,9 +49,31 @@ PG_FUNCTION_INFO_V1(sdp_stop_flow);
 PG_FUNCTION_INFO_V1(sdp_drop_flow);
 PG_FUNCTION_INFO_V1(sdp_skip_message);
 PG_FUNCTION_INFO_V1(sdp_set_flow_workers);
+PG_FUNCTION_INFO_V1(sdp_skip_outbox_row);
 
 static void check_flow_workers(int workers, const SdpOperator *op, const char *flow);
 static void check_constant_key(SdpTransform *t, Jsonb *options, const char *flow, int workers);
+
+/* In a flow's worker, the flow's name (worker.c sets it); NULL in every other process. */
+const char *sdp_worker_flow_name = NULL;
+
+/*
+ * A flow's transform runs in the flow's worker, in the flow's batch
+ * transaction: a call there that would stop, drop or change the flow
+ * itself (fn, doing what) is refused, with an error the message's batch
+ * handles as any other (the message is set aside when others go
+ * through).
+ */
+void
+sdp_refuse_self_change(const char *flow, const char *what, const char *fn)
+{
+	if (sdp_worker_flow_name != NULL && strcmp(sdp_worker_flow_name, flow) == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_IN_USE),
+				 errmsg("flow \"%s\" cannot %s itself", flow, what),
+				 errdetail("%s was called in the flow's own worker, by its transform.", fn),
+				 errhint("Call %s from another session.", fn)));
+}
 
 /* A name of a source or flow: 1..63 bytes, so that it fits the flow slots. */
 static char *
@@ -136,6 +161,46 @@ lookup_owner(const char *table, const char *name, Oid *owner, char **owner_name)
 }
 
 /*
+ * The flow's owner (the current role) runs the source's or sink's clients
+ * (what: "source" or "sink", in its catalog table): it must be allowed
+ * their brokers and properties (kafka_properties.c), whoever declared
+ * them.  SPI is connected.
+ */
+static void
+check_endpoint_for_owner(const char *what, const char *table, const char *name)
+{
+	Oid			argtypes[1] = {TEXTOID};
+	Datum		values[1] = {CStringGetTextDatum(name)};
+	bool		isnull;
+	Datum		options;
+	List	   *properties;
+
+	catalog_execute(psprintf("SELECT bootstrap_servers, options FROM sdp.%s WHERE name = $1", table),
+					1, argtypes, values, NULL, true);
+	if (SPI_processed == 0)
+		return;					/* the caller says it does not exist */
+	options = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull);
+	if (strcmp(what, "source") == 0)
+	{
+		SdpSourceDef def;
+
+		memset(&def, 0, sizeof(def));
+		sdp_parse_source_options(isnull ? NULL : DatumGetJsonbP(options), &def);
+		properties = def.properties;
+	}
+	else
+	{
+		SdpSinkDef	def;
+
+		memset(&def, 0, sizeof(def));
+		sdp_parse_sink_options(isnull ? NULL : DatumGetJsonbP(options), &def);
+		properties = def.properties;
+	}
+	kafka_properties_check_role(GetUserId(), psprintf("%s \"%s\"", what, name),
+								SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1), properties);
+}
+
+/*
  * Lock the current role, as PostgreSQL does for an object it will own: a
  * concurrent DROP ROLE then waits for the declaration, and sees it.
  */
@@ -219,7 +284,9 @@ sdp_create_source(PG_FUNCTION_ARGS)
 	kafka_endpoint_arguments(fcinfo, "source", &name, &servers, &topic);
 	memset(&def, 0, sizeof(def));
 	sdp_parse_source_options(options, &def);
+	/* names and values first (the check loads nothing), then what the role may set */
 	kafka_validate_properties(def.properties);
+	kafka_properties_check_role(GetUserId(), psprintf("source \"%s\"", name), servers, def.properties);
 
 	SPI_connect();
 	kafka_endpoint_row("source", "sources", name, servers, topic, options, values);
@@ -307,6 +374,7 @@ sdp_create_sink(PG_FUNCTION_ARGS)
 	memset(&def, 0, sizeof(def));
 	sdp_parse_sink_options(options, &def);
 	kafka_sink_validate_properties(def.properties);
+	kafka_properties_check_role(GetUserId(), psprintf("sink \"%s\"", name), servers, def.properties);
 
 	SPI_connect();
 	kafka_endpoint_row("sink", "sinks", name, servers, topic, options, values);
@@ -376,6 +444,7 @@ sdp_create_flow(PG_FUNCTION_ARGS)
 	int			npk;
 	AttrNumber *pk;
 	HeapTuple	roletup;
+	int			guc_level;
 	Oid			argtypes[9] = {TEXTOID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, JSONBOID, OIDOID, TEXTOID};
 	Datum		values[9];
 	char		nulls[9];
@@ -419,6 +488,7 @@ sdp_create_flow(PG_FUNCTION_ARGS)
 				 errmsg("source \"%s\" does not exist", source),
 				 errhint("Declare it first with sdp_create_source(name, bootstrap_servers, topic).")));
 	sdp_check_owner(owner, owner_name, "source", source);
+	check_endpoint_for_owner("source", "sources", source);
 	if (sink_name)
 	{
 		if (!lookup_owner("sinks", sink_name, &owner, &owner_name))
@@ -427,6 +497,7 @@ sdp_create_flow(PG_FUNCTION_ARGS)
 					 errmsg("sink \"%s\" does not exist", sink_name),
 					 errhint("Declare it first with sdp_create_sink(name, bootstrap_servers, topic).")));
 		sdp_check_owner(owner, owner_name, "sink", sink_name);
+		check_endpoint_for_owner("sink", "sinks", sink_name);
 	}
 	if (lookup_owner("flows", name, &owner, &owner_name))
 		ereport(ERROR,
@@ -435,6 +506,16 @@ sdp_create_flow(PG_FUNCTION_ARGS)
 				 errhint("Drop it with sdp_drop_flow('%s') first, or choose another name.", name)));
 
 	sdp_parse_flow_options(options, &opts);
+
+	/*
+	 * The transform's search_path: the one given, or the session's now, as
+	 * SET search_path FROM CURRENT records it for a function.  The worker
+	 * plans with it; so does the declaration, from here to the store.
+	 */
+	if (opts.search_path == NULL)
+		opts.search_path = pstrdup(GetConfigOption("search_path", false, false));
+	guc_level = sdp_enter_search_path(opts.search_path);
+
 	if (operator_name)
 	{
 		op = sdp_find_operator(operator_name);
@@ -454,7 +535,7 @@ sdp_create_flow(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("unknown option \"%.*s\"", v.val.string.len, v.val.string.val),
-				 errhint("Flow options are mode, on_error, on_tombstone, workers, partitions, checkpoint_interval, state_memory_limit, synchronous_commit, max_batch_rows, max_batch_bytes, max_batch_wait, progress_interval and notify; operators take more.")));
+				 errhint("Flow options are mode, on_error, on_tombstone, workers, partitions, checkpoint_interval, state_memory_limit, synchronous_commit, statement_timeout, search_path, max_batch_rows, max_batch_bytes, max_batch_wait, progress_interval and notify; operators take more.")));
 	}
 
 	check_flow_workers(opts.workers, op, NULL);
@@ -539,8 +620,9 @@ sdp_create_flow(PG_FUNCTION_ARGS)
 	sdp_tombstone_prepare(&opts, op != NULL, target, GetUserId(), NULL);
 	PopActiveSnapshot();
 
-	/* Store it, with the resolved mode written out. */
+	/* Store it, with the resolved mode and the search_path written out. */
 store:
+	AtEOXact_GUC(true, guc_level);
 	memset(nulls, ' ', sizeof(nulls));
 	values[0] = CStringGetTextDatum(name);
 	values[1] = CStringGetTextDatum(source);
@@ -552,9 +634,16 @@ store:
 	values[5] = operator_name ? CStringGetTextDatum(operator_name) : (Datum) 0;
 	nulls[5] = operator_name ? ' ' : 'n';
 	values[6] = options ? JsonbPGetDatum(options) : DirectFunctionCall1(jsonb_in, CStringGetDatum("{}"));
-	values[6] = DirectFunctionCall2(jsonb_concat, values[6],
-									DirectFunctionCall1(jsonb_in,
-														CStringGetDatum(psprintf("{\"mode\": \"%s\"}", sdp_write_mode_name(opts.mode)))));
+	{
+		StringInfoData resolved;
+
+		initStringInfo(&resolved);
+		appendStringInfo(&resolved, "{\"mode\": \"%s\", \"search_path\": ", sdp_write_mode_name(opts.mode));
+		escape_json(&resolved, opts.search_path);
+		appendStringInfoChar(&resolved, '}');
+		values[6] = DirectFunctionCall2(jsonb_concat, values[6],
+										DirectFunctionCall1(jsonb_in, CStringGetDatum(resolved.data)));
+	}
 	values[7] = ObjectIdGetDatum(GetUserId());
 	values[8] = sink_name ? CStringGetTextDatum(sink_name) : (Datum) 0;
 	lock_current_role();
@@ -620,9 +709,9 @@ check_constant_key(SdpTransform *t, Jsonb *options, const char *flow, int worker
 				 errhint("Key the operator by the column the topic is keyed by (e.g. the transform passes kafka_key through), or run the flow in one worker.")));
 }
 
-/* Set a flow's wanted state (start / stop) by sql, or drop it (sql NULL). */
+/* Set a flow's wanted state (start / stop) by sql, or drop it (sql NULL); fn says which, for a refusal. */
 static void
-change_flow(FunctionCallInfo fcinfo, const char *sql)
+change_flow(FunctionCallInfo fcinfo, const char *sql, const char *what, const char *fn)
 {
 	char	   *name = checked_name(fcinfo, 0, "flow");
 	Oid			owner;
@@ -631,6 +720,7 @@ change_flow(FunctionCallInfo fcinfo, const char *sql)
 	Datum		values[1] = {CStringGetTextDatum(name)};
 
 	sdp_require_shmem();
+	sdp_refuse_self_change(name, what, fn);
 	SPI_connect();
 	if (!lookup_owner("flows", name, &owner, &owner_name))
 		ereport(ERROR,
@@ -679,7 +769,8 @@ sdp_delete_flows(const char *condition, Oid argtype, Datum arg)
 Datum
 sdp_start_flow(PG_FUNCTION_ARGS)
 {
-	change_flow(fcinfo, "UPDATE sdp.flows SET enabled = true, failed_at = NULL, last_error = NULL WHERE name = $1");
+	change_flow(fcinfo, "UPDATE sdp.flows SET enabled = true, failed_at = NULL, last_error = NULL WHERE name = $1",
+				"start", "sdp_start_flow");
 	PG_RETURN_VOID();
 }
 
@@ -687,7 +778,7 @@ sdp_start_flow(PG_FUNCTION_ARGS)
 Datum
 sdp_stop_flow(PG_FUNCTION_ARGS)
 {
-	change_flow(fcinfo, "UPDATE sdp.flows SET enabled = false WHERE name = $1");
+	change_flow(fcinfo, "UPDATE sdp.flows SET enabled = false WHERE name = $1", "stop", "sdp_stop_flow");
 	PG_RETURN_VOID();
 }
 
@@ -695,7 +786,7 @@ sdp_stop_flow(PG_FUNCTION_ARGS)
 Datum
 sdp_drop_flow(PG_FUNCTION_ARGS)
 {
-	change_flow(fcinfo, NULL);
+	change_flow(fcinfo, NULL, "drop", "sdp_drop_flow");
 	PG_RETURN_VOID();
 }
 
@@ -831,6 +922,55 @@ sdp_skip_message(PG_FUNCTION_ARGS)
 }
 
 /*
+ * sdp_skip_outbox_row(flow, seq): a sink flow's relay sets that row of its
+ * outbox aside instead of producing it, as a dead letter with stage
+ * 'skipped': the way past a row the sink keeps refusing (the flow's status
+ * names it).  The relay takes the request when it next reads its rows:
+ * a row already produced (in the Kafka transaction open now, say) stays
+ * produced and is not dead-lettered, so a row is in the topic or in the
+ * dead letters, never both.  Refused for a row the outbox does not hold.
+ */
+Datum
+sdp_skip_outbox_row(PG_FUNCTION_ARGS)
+{
+	char	   *name = checked_name(fcinfo, 0, "flow");
+	int64		seq = PG_GETARG_INT64(1);
+	Oid			owner;
+	char	   *owner_name;
+	Oid			argtypes[3] = {TEXTOID, INT8OID, TEXTOID};
+	Datum		values[3];
+
+	sdp_require_shmem();
+	sdp_refuse_self_change(name, "skip an outbox row of", "sdp_skip_outbox_row");
+	SPI_connect();
+	if (!lookup_owner("flows", name, &owner, &owner_name))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("flow \"%s\" does not exist", name)));
+	sdp_check_owner(owner, owner_name, "flow", name);
+	if (!sdp_outbox_has_skips())
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("sdp_skip_outbox_row needs version 0.7 of sdp_ext"),
+				 errhint("Run ALTER EXTENSION sdp_ext UPDATE.")));
+	values[0] = CStringGetTextDatum(name);
+	values[1] = Int64GetDatum(seq);
+	values[2] = CStringGetTextDatum(GetUserNameFromId(GetUserId(), false));
+	catalog_execute("UPDATE sdp.outbox o SET skipped_by = $3 FROM sdp.flows f "
+					" WHERE f.name = $1 AND o.flow_id = f.id AND o.seq = $2",
+					3, argtypes, values, NULL, false);
+	if (SPI_processed == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("flow \"%s\" has no outbox row %lld", name, (long long) seq),
+				 errdetail("A row is in the outbox until the flow's relay has produced it to the sink."),
+				 errhint("sdp.sink_relays shows the first and last seq of the rows a flow's relays have still to produce.")));
+	SPI_finish();
+	sdp_flow_skips_changed(name);
+	PG_RETURN_VOID();
+}
+
+/*
  * sdp_set_flow_workers(flow, workers): run the flow in that many workers
  * from now on.  Once the change commits, the launcher stops every worker of
  * the flow and, once they have all gone, starts the new ones, each from the
@@ -860,6 +1000,7 @@ sdp_set_flow_workers(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("option \"workers\" must be an integer between 1 and %d, not \"%d\"",
 						SDP_MAX_WORKERS, workers)));
+	sdp_refuse_self_change(name, "change the workers of", "sdp_set_flow_workers");
 
 	SPI_connect();
 	if (!lookup_owner("flows", name, &owner, &owner_name))
@@ -907,10 +1048,16 @@ sdp_set_flow_workers(PG_FUNCTION_ARGS)
 		Jsonb	   *options = DatumGetJsonbPCopy(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 4, &isnull));
 		SdpTransform transform;
 
+		SdpFlowOptions stored_opts;
+		int			guc_level;
+
 		/* the transform as its worker prepares it, to see its key column */
+		sdp_parse_flow_options(isnull ? NULL : options, &stored_opts);
+		guc_level = sdp_enter_search_path(stored_opts.search_path);
 		PushActiveSnapshot(GetTransactionSnapshot());
 		sdp_transform_prepare(&transform, sdp_parse_input_schema(schema_text), transform_sql);
 		PopActiveSnapshot();
+		AtEOXact_GUC(true, guc_level);
 		check_constant_key(&transform, isnull ? NULL : options, name, workers);
 
 		/*

@@ -41,6 +41,7 @@
 #include "utils/json.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
+#include "utils/timeout.h"
 
 #include "dead_letter.h"
 #include "isolate.h"
@@ -454,6 +455,13 @@ bad_unit(StageRun *r, bool message, int i, ErrorData *edata)
 {
 	Suspect    *s;
 
+	/* not the unit's fault but the flow's (check_ownership): the flow fails */
+	if (r->w->flow_fault != NULL)
+	{
+		r->fail_message = r->w->flow_fault;
+		return false;
+	}
+
 	if (sdp_is_data_error(edata->sqlerrcode))
 		return set_unit_aside(r, message, i, r->stage, edata);
 	s = palloc(sizeof(Suspect));
@@ -765,6 +773,21 @@ stage_notify(FlowWorker *w, int64 rows)
 /* ---- one attempt, and the batch ---- */
 
 /*
+ * The batch's statements are over (or raised): its statement_timeout ends.
+ * A timeout that fired after the last statement's last check for
+ * interrupts is forgotten: the statements it bounded are done.
+ */
+static void
+batch_timeout_end(FlowWorker *w)
+{
+	if (w->opts.statement_timeout_ms <= 0)
+		return;
+	disable_timeout(STATEMENT_TIMEOUT, true);
+	if (get_timeout_indicator(STATEMENT_TIMEOUT, true))
+		QueryCancelPending = false;
+}
+
+/*
  * One attempt at the batch in one transaction: every stage at once, or with
  * the bad units isolated.  Returns false when on_error = fail met a bad
  * message (*fail_message set; the transaction is rolled back).  Errors
@@ -775,6 +798,7 @@ attempt(FlowWorker *w, Batch *b, bool isolate, char **fail_message)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	bool		ok = true;
+	int			guc_level;
 
 	b->rows_out = 0;
 	b->rows_tomb = 0;
@@ -786,6 +810,18 @@ attempt(FlowWorker *w, Batch *b, bool isolate, char **fail_message)
 	b->dead = list_truncate(b->dead, b->ndead_decode);
 
 	sdp_start_transaction();
+
+	/*
+	 * What the batch's statements change in the session's settings (a
+	 * transform calling set_config, for role, search_path or anything else)
+	 * is undone before it commits: AtEOXact_GUC as at an abort, as index
+	 * builds undo what index functions set.  No batch sees another's.
+	 */
+	guc_level = NewGUCNestLevel();
+
+	/* the flow's statement_timeout bounds the batch's stages (a background worker has no statement_timeout by itself) */
+	if (w->opts.statement_timeout_ms > 0)
+		enable_timeout_after(STATEMENT_TIMEOUT, w->opts.statement_timeout_ms);
 	SPI_connect();
 	MemoryContextSwitchTo(cxt); /* the batch's memory, not SPI's */
 	PushActiveSnapshot(GetTransactionSnapshot());
@@ -811,6 +847,8 @@ attempt(FlowWorker *w, Batch *b, bool isolate, char **fail_message)
 		ok = stage_stateless(w, b, isolate, fail_message);
 	else
 		ok = stage_stateful(w, b, isolate, fail_message);
+	/* the flow's own statements after the stages are not bounded: a checkpoint of a large state may take long */
+	batch_timeout_end(w);
 
 	if (ok)
 	{
@@ -826,6 +864,8 @@ attempt(FlowWorker *w, Batch *b, bool isolate, char **fail_message)
 			kafka_relay_delete_in_batch(w->relay);
 	}
 
+	batch_timeout_end(w);
+	AtEOXact_GUC(false, guc_level);
 	PopActiveSnapshot();
 	SPI_finish();
 	if (ok)
@@ -860,6 +900,9 @@ sdp_batch_run(FlowWorker *w, Batch *b, char **message)
 		ErrorData  *volatile edata = NULL;
 		volatile bool ok = false;
 
+		TimestampTz started = GetCurrentTimestamp();
+
+		w->flow_fault = NULL;
 		PG_TRY();
 		{
 			ok = attempt(w, b, isolate, message);
@@ -869,10 +912,24 @@ sdp_batch_run(FlowWorker *w, Batch *b, char **message)
 			MemoryContextSwitchTo(cxt);
 			edata = CopyErrorData();
 			FlushErrorState();
+			batch_timeout_end(w);
 			AbortCurrentTransaction();
 		}
 		PG_END_TRY();
 		MemoryContextSwitchTo(cxt);
+
+		/* the flow's own fault (a key on two partitions of a flow with workers): it fails */
+		if (edata != NULL && w->flow_fault != NULL)
+		{
+			*message = w->flow_fault;
+			b->dead = list_truncate(b->dead, b->ndead_decode);
+			return SDP_BATCH_FAIL;
+		}
+		/* the flow's statement_timeout cancelled it: say which bound, in the status */
+		if (edata != NULL && edata->sqlerrcode == ERRCODE_QUERY_CANCELED && w->opts.statement_timeout_ms > 0 &&
+			GetCurrentTimestamp() >= TimestampTzPlusMilliseconds(started, w->opts.statement_timeout_ms))
+			edata->message = psprintf("%s: the batch's statements ran longer than the flow's statement_timeout of %d ms",
+									  edata->message, w->opts.statement_timeout_ms);
 
 		if (edata == NULL)
 		{

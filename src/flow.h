@@ -53,6 +53,8 @@ typedef struct SdpFlowOptions
 	int			state_memory_limit_kb;
 	char	   *notify_channel;	/* NOTIFY this channel when a batch writes rows, or NULL */
 	char	   *sink_key;		/* a sink flow: the column that is the messages' key, or NULL */
+	char	   *search_path;	/* the transform's search_path, fixed at declaration; NULL: the owner's default (before 0.7) */
+	int			statement_timeout_ms;	/* the longest a batch's statements may run; 0: no bound */
 	Jsonb	   *operator_options;	/* the keys the flow itself does not know */
 } SdpFlowOptions;
 
@@ -135,6 +137,7 @@ extern int64 sdp_interval_option_us(const char *option, const char *text);
 extern const char *sdp_write_mode_name(SdpWriteMode mode);
 extern void sdp_check_workers(int workers);
 extern void sdp_check_share_workers(int workers, int nshare);
+extern int	sdp_enter_search_path(const char *search_path);
 extern bool sdp_worker_owns_partition(const SdpFlowOptions *opts, int32 partition,
 									 int worker_no, int nworkers);
 
@@ -155,6 +158,8 @@ extern void sdp_catalog_leave(SdpCatalogScope *scope);
 extern void sdp_require_flow_database(void);
 
 /* api.c */
+extern const char *sdp_worker_flow_name;
+extern void sdp_refuse_self_change(const char *flow, const char *what, const char *fn);
 extern void sdp_check_owner(Oid owner, const char *owner_name, const char *what, const char *name);
 extern void sdp_delete_flows(const char *condition, Oid argtype, Datum arg);
 

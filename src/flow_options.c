@@ -11,6 +11,7 @@
 #include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/datetime.h"
+#include "utils/varlena.h"
 #include "utils/guc.h"
 #include "utils/timestamp.h"
 
@@ -240,6 +241,7 @@ sdp_parse_flow_options(Jsonb *options, SdpFlowOptions *opts)
 	opts->max_batch_wait_ms = 0;
 	opts->progress_interval_ms = 10000;
 	opts->state_memory_limit_kb = sdp_default_state_memory_limit_kb;
+	opts->statement_timeout_ms = SDP_DEFAULT_STATEMENT_TIMEOUT_MS;
 
 	if (options == NULL)
 		return;
@@ -336,6 +338,22 @@ sdp_parse_flow_options(Jsonb *options, SdpFlowOptions *opts)
 						 errmsg("option \"sink_key\" must name a column of the flow's rows")));
 			opts->sink_key = val;
 		}
+		else if (strcmp(key, "search_path") == 0)
+		{
+			char	   *copy;
+			List	   *names;
+
+			val = jsonb_scalar_text(key, &v);
+			copy = pstrdup(val);
+			if (!SplitIdentifierString(copy, ',', &names))
+				ereport(ERROR,
+						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						 errmsg("option \"search_path\" must be a list of schema names, not \"%s\"", val),
+						 errhint("Give it as search_path is set, e.g. \"app, public\".")));
+			opts->search_path = val;
+		}
+		else if (strcmp(key, "statement_timeout") == 0)
+			opts->statement_timeout_ms = sdp_interval_option_ms(key, jsonb_scalar_text(key, &v));
 		else if (strcmp(key, "max_batch_rows") == 0)
 			opts->max_batch_rows = int_option(key, jsonb_scalar_text(key, &v), 1, 1000000);
 		else if (strcmp(key, "max_batch_bytes") == 0)
@@ -544,4 +562,20 @@ sdp_worker_owns_partition(const SdpFlowOptions *opts, int32 partition, int worke
 			hi = mid - 1;
 	}
 	return false;
+}
+
+/*
+ * Plan as the flow's worker will: search_path set (unless NULL, a flow
+ * declared before 0.7) until AtEOXact_GUC(true, level) with the level
+ * returned.
+ */
+int
+sdp_enter_search_path(const char *search_path)
+{
+	int			level = NewGUCNestLevel();
+
+	if (search_path != NULL)
+		(void) set_config_option("search_path", search_path, PGC_USERSET, PGC_S_SESSION,
+								 GUC_ACTION_SAVE, true, 0, false);
+	return level;
 }

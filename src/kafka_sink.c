@@ -59,6 +59,7 @@
  */
 #include "kafka_sink.h"
 #include "json_encode.h"
+#include "kafka_properties.h"
 
 #include <fcntl.h>
 #include <pthread.h>
@@ -196,6 +197,16 @@ struct KafkaRelay
 	int64		deleted_upto;	/* rows up to this seq are produced and deleted (0: none known) */
 	bool		flushed_earlier;	/* the WAL of rows earlier workers left is flushed (first round) */
 	int			npartitions;
+	bool		skips;			/* sdp.outbox has column skipped_by (0.7) */
+
+	/* a row librdkafka refused to take (too large): set aside once its transaction is aborted */
+	int64		refused_seq;	/* 0: none */
+	char		refused_reason[256];
+
+	/* written by the delivery report callback (the worker's thread, in rd_kafka_poll) */
+	int64		failed_seq;		/* the largest message whose delivery failed in the open transaction; 0: none */
+	size_t		failed_len;
+	rd_kafka_resp_err_t failed_err;
 };
 
 static void relay_destroy_producer(KafkaRelay *r);
@@ -205,6 +216,7 @@ static void outbox_begin(void);
 static void outbox_end(void);
 static void outbox_execute(SPIPlanPtr *plan, const char *sql, int nargs, Oid *types, Datum *values,
 						   bool read_only);
+static void outbox_execute_nulls(const char *sql, int nargs, Oid *types, Datum *values, const char *nulls);
 
 static bool
 is_reserved(const char *key)
@@ -241,6 +253,9 @@ kafka_sink_validate_properties(List *properties)
 					 (strcmp(key, "bootstrap.servers") == 0 || strcmp(key, "metadata.broker.list") == 0) ?
 					 errhint("Give the brokers as the bootstrap_servers argument.") : 0));
 		}
+		/* setting it would load its code here, in the caller's backend: the worker checks it */
+		if (kafka_property_loads_code(key))
+			continue;
 		if (rd_kafka_conf_set(conf, key, val, errstr, sizeof(errstr)) != RD_KAFKA_CONF_OK)
 		{
 			rd_kafka_conf_destroy(conf);
@@ -251,6 +266,44 @@ kafka_sink_validate_properties(List *properties)
 		}
 	}
 	rd_kafka_conf_destroy(conf);
+}
+
+/*
+ * The most bytes of key and value together that one of the flow's outbox
+ * rows may have for the sink's producer to take it: its message.max.bytes
+ * (the sink's property, or librdkafka's default) less what the relay adds
+ * to every message, a record's largest framing (librdkafka's
+ * RD_KAFKAP_MESSAGE_V2_MAX_OVERHEAD, 36 bytes) and its headers sdp-flow,
+ * sdp-worker and sdp-seq at their longest.  librdkafka refuses a bigger
+ * message at once (MSG_SIZE_TOO_LARGE); the worker sets its row aside
+ * instead, when it writes it (sink.c).  *message_max_bytes: the property.
+ */
+int
+kafka_sink_max_payload(const SdpSinkDef *sink, int64 flow_id, int worker, int *message_max_bytes)
+{
+	rd_kafka_conf_t *conf = rd_kafka_conf_new();
+	char		errstr[512];
+	char		value[32];
+	size_t		size = sizeof(value);
+	ListCell   *lc;
+	char		flow_text[24];
+	char		worker_text[12];
+	int			limit = 1000000;
+	int			headers;
+
+	for (lc = list_head(sink->properties); lc != NULL; lc = lnext(sink->properties, lnext(sink->properties, lc)))
+		if (strcmp(lfirst(lc), "message.max.bytes") == 0)
+			(void) rd_kafka_conf_set(conf, lfirst(lc), lfirst(lnext(sink->properties, lc)), errstr, sizeof(errstr));
+	if (rd_kafka_conf_get(conf, "message.max.bytes", value, &size) == RD_KAFKA_CONF_OK)
+		limit = atoi(value);
+	rd_kafka_conf_destroy(conf);
+	snprintf(flow_text, sizeof(flow_text), INT64_FORMAT, flow_id);
+	snprintf(worker_text, sizeof(worker_text), "%d", worker);
+	/* each header: its name and value, and a varint of each length (at most 5 bytes) */
+	headers = (strlen("sdp-flow") + strlen(flow_text) + 10) + (strlen("sdp-worker") + strlen(worker_text) + 10) +
+		(strlen("sdp-seq") + 20 + 10);
+	*message_max_bytes = limit;
+	return Max(0, limit - 36 - headers);
 }
 
 /* The sink_key option names a column of the flow's rows. */
@@ -329,14 +382,28 @@ sdp_sink_outbox_sql(const char *transform_sql, SdpInputSchema *schema, int64 flo
 	}
 }
 
-/* Whether sdp.outbox has column worker (0.5): sink flows may then have several workers.  In a transaction. */
-bool
-sdp_outbox_has_worker(void)
+/* Whether sdp.outbox has the column (in a transaction). */
+static bool
+outbox_has_column(const char *column)
 {
 	Oid			nsp = get_namespace_oid("sdp", true);
 	Oid			rel = OidIsValid(nsp) ? get_relname_relid("outbox", nsp) : InvalidOid;
 
-	return OidIsValid(rel) && get_attnum(rel, "worker") != InvalidAttrNumber;
+	return OidIsValid(rel) && get_attnum(rel, column) != InvalidAttrNumber;
+}
+
+/* Whether sdp.outbox has column worker (0.5): sink flows may then have several workers.  In a transaction. */
+bool
+sdp_outbox_has_worker(void)
+{
+	return outbox_has_column("worker");
+}
+
+/* Whether sdp.outbox has column skipped_by (0.7): sdp_skip_outbox_row.  In a transaction. */
+bool
+sdp_outbox_has_skips(void)
+{
+	return outbox_has_column("skipped_by");
 }
 
 /*
@@ -501,6 +568,7 @@ relay_conf(KafkaRelay *r, const char *const (*ours)[2], int nours)
 	(void) rd_kafka_conf_set(conf, "bootstrap.servers", r->def.bootstrap_servers, errstr, sizeof(errstr));
 	for (int i = 0; i < nours; i++)
 		(void) rd_kafka_conf_set(conf, ours[i][0], ours[i][1], errstr, sizeof(errstr));
+	kafka_conf_restrict_hosts(conf);
 	return conf;
 }
 
@@ -525,11 +593,13 @@ kafka_relay_transactional_id(int64 flow_id, int worker)
  * column worker (without it, 0.4, the flow has one worker).
  */
 KafkaRelay *
-kafka_relay_create(const SdpSinkDef *sink, int64 flow_id, const char *flow_name, int worker, bool tagged)
+kafka_relay_create(const SdpSinkDef *sink, int64 flow_id, const char *flow_name, int worker, bool tagged,
+				   bool skips)
 {
 	KafkaRelay *r = palloc0(sizeof(KafkaRelay));
 
 	Assert(tagged || worker == 0);
+	r->skips = skips;
 	r->flow_name = pstrdup(flow_name);
 	r->flow_id = flow_id;
 	r->worker = worker;
@@ -620,6 +690,15 @@ relay_destroy_producer(KafkaRelay *r)
 static void
 relay_delivered(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
 {
+	KafkaRelay *r = opaque;
+
+	/* a message the sink refused: the largest one is named when the commit fails (relay_failed) */
+	if (m->err != RD_KAFKA_RESP_ERR_NO_ERROR && (r->failed_seq == 0 || m->len > r->failed_len))
+	{
+		r->failed_seq = (int64) (intptr_t) m->_private;
+		r->failed_len = m->len;
+		r->failed_err = m->err;
+	}
 }
 
 static bool
@@ -633,6 +712,7 @@ relay_create_producer(KafkaRelay *r, char **error)
 	rd_kafka_conf_t *conf = relay_conf(r, ours, lengthof(ours));
 
 	rd_kafka_conf_set_dr_msg_cb(conf, relay_delivered);
+	rd_kafka_conf_set_opaque(conf, r);
 	r->rk = new_client(RD_KAFKA_PRODUCER, conf, errstr, sizeof(errstr));
 	if (r->rk == NULL)
 	{
@@ -661,6 +741,15 @@ static bool
 relay_failed(KafkaRelay *r, const char *what, rd_kafka_error_t *err, char **error)
 {
 	*error = psprintf("sink \"%s\": %s: %s", r->def.name, what, rd_kafka_error_string(err));
+	if (r->failed_seq != 0)
+	{
+		/* a message the sink refused, whatever the rows around it: say which, and how to go past it */
+		*error = psprintf("%s; the sink refused outbox row %lld (%zu bytes): %s; if it is that row's fault, "
+						  "SELECT sdp_skip_outbox_row('%s', %lld) sets it aside",
+						  *error, (long long) r->failed_seq, r->failed_len, rd_kafka_err2str(r->failed_err),
+						  r->flow_name, (long long) r->failed_seq);
+		r->failed_seq = 0;
+	}
 	if (rd_kafka_error_is_fatal(err) ||
 		(!rd_kafka_error_is_retriable(err) && !rd_kafka_error_txn_requires_abort(err)))
 		relay_destroy_producer(r);
@@ -753,6 +842,20 @@ outbox_execute(SPIPlanPtr *plan, const char *sql, int nargs, Oid *types, Datum *
 		elog(ERROR, "statement on sdp.outbox failed: %s", SPI_result_code_string(rc));
 }
 
+/* A statement with null parameters on the outbox (SPI connected), not prepared. */
+static void
+outbox_execute_nulls(const char *sql, int nargs, Oid *types, Datum *values, const char *nulls)
+{
+	SdpCatalogScope scope;
+	int			rc;
+
+	sdp_catalog_enter(&scope);
+	rc = SPI_execute_with_args(sql, nargs, types, values, nulls, false, 0);
+	sdp_catalog_leave(&scope);
+	if (rc < 0)
+		elog(ERROR, "statement on sdp.outbox failed: %s", SPI_result_code_string(rc));
+}
+
 /*
  * The relay's rows: "flow_id = $1 AND worker = $2" (or without the worker,
  * on a 0.4 catalog), with $1 and $2 in types and values; the caller's
@@ -766,6 +869,52 @@ relay_rows(KafkaRelay *r, Oid *types, Datum *values)
 	types[1] = INT4OID;
 	values[1] = Int32GetDatum(r->worker);
 	return r->tagged ? "flow_id = $1 AND worker = $2" : "flow_id = $1 AND $2 = 0";
+}
+
+/*
+ * Set the relay's outbox rows seqs[0..n) aside (SPI connected, in a
+ * transaction): moved into sdp.dead_letters and never produced.  A row its
+ * owner asked to skip (skipped_by) goes at stage 'skipped'; the others at
+ * stage 'write', with reason and sqlstate: a row the sink cannot take.
+ * They come from no one message (their batch committed), so the dead
+ * letters have no partition or offset; key and payload are the message's.
+ */
+static void
+outbox_set_aside(KafkaRelay *r, const int64 *seqs, int n, const char *reason, const char *sqlstate)
+{
+	Oid			types[5];
+	Datum		values[5];
+	char		nulls[5] = {' ', ' ', ' ', ' ', ' '};
+	const char *mine = relay_rows(r, types, values);
+	Datum	   *d = palloc(sizeof(Datum) * Max(n, 1));
+
+	for (int i = 0; i < n; i++)
+		d[i] = Int64GetDatum(seqs[i]);
+	types[2] = INT8ARRAYOID;
+	values[2] = PointerGetDatum(construct_array(d, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+	types[3] = TEXTOID;
+	values[3] = reason ? CStringGetTextDatum(reason) : (Datum) 0;
+	nulls[3] = reason ? ' ' : 'n';
+	types[4] = TEXTOID;
+	values[4] = sqlstate ? CStringGetTextDatum(sqlstate) : (Datum) 0;
+	nulls[4] = sqlstate ? ' ' : 'n';
+	outbox_execute_nulls(psprintf("WITH gone AS (DELETE FROM sdp.outbox WHERE %s AND seq = ANY ($3) "
+								  "              RETURNING seq, key, value, %s AS skipped_by) "
+								  "INSERT INTO sdp.dead_letters (flow_id, flow, owner, kafka_key, payload, payload_text, "
+								  "                              stage, error, sqlstate) "
+								  "SELECT $1, f.name, f.owner, g.key, "
+								  "       convert_to(g.value, getdatabaseencoding()), g.value, "
+								  "       CASE WHEN g.skipped_by IS NULL THEN 'write' ELSE 'skipped' END, "
+								  "       CASE WHEN g.skipped_by IS NULL THEN $4 "
+								  "            ELSE 'outbox row ' || g.seq || ' set aside unproduced at the request of role ' || g.skipped_by END, "
+								  "       CASE WHEN g.skipped_by IS NULL THEN $5 END "
+								  "  FROM gone g JOIN sdp.flows f ON f.id = $1",
+								  mine, r->skips ? "skipped_by" : "NULL::text"),
+						 5, types, values, nulls);
+	ereport(LOG,
+			(errmsg("sdp flow \"%s\" set %d outbox row%s aside unproduced, from %lld: %s",
+					r->flow_name, n, n == 1 ? "" : "s", (long long) seqs[0],
+					reason ? reason : "at its owner's request (sdp_skip_outbox_row)")));
 }
 
 /*
@@ -1112,33 +1261,52 @@ relay_produce(KafkaRelay *r, bool await, char **error)
 	const char *mine = relay_rows(r, types, values);
 	rd_kafka_error_t *kerr;
 	int			n;
+	int			nread;
 	int64	   *seqs;
 	char	  **keys;
 	char	  **vals;
+	int64	   *skipped;
+	int			nskipped;
 
+again:
 	RT_BEGIN(RT_SELECT);
 	MemoryContextReset(r->cxt);
 	outbox_begin();
 	types[2] = INT8OID;
 	values[2] = Int64GetDatum(Max(r->produced_upto, r->deleted_upto));
 	outbox_execute(&r->select_plan,
-				   psprintf("SELECT seq, key, value FROM sdp.outbox WHERE %s AND seq > $3 ORDER BY seq LIMIT %d",
-							mine, RELAY_ROWS_PER_TXN), 3, types, values, true);
-	n = (int) SPI_processed;
+				   psprintf("SELECT seq, key, value, %s FROM sdp.outbox WHERE %s AND seq > $3 ORDER BY seq LIMIT %d",
+							r->skips ? "skipped_by IS NOT NULL" : "false", mine, RELAY_ROWS_PER_TXN),
+				   3, types, values, true);
+	nread = (int) SPI_processed;
 	oldcxt = MemoryContextSwitchTo(r->cxt);
-	seqs = palloc(sizeof(int64) * Max(n, 1));
-	keys = palloc(sizeof(char *) * Max(n, 1));
-	vals = palloc(sizeof(char *) * Max(n, 1));
-	for (int i = 0; i < n; i++)
+	seqs = palloc(sizeof(int64) * Max(nread, 1));
+	keys = palloc(sizeof(char *) * Max(nread, 1));
+	vals = palloc(sizeof(char *) * Max(nread, 1));
+	skipped = palloc(sizeof(int64) * Max(nread, 1));
+	n = nskipped = 0;
+	for (int i = 0; i < nread; i++)
 	{
 		bool		isnull;
+		int64		seq = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));
 
-		seqs[i] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));
-		keys[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2);
-		vals[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 3);
+		/* a row its owner asked to skip (sdp_skip_outbox_row) is not produced */
+		if (DatumGetBool(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 4, &isnull)))
+		{
+			skipped[nskipped++] = seq;
+			continue;
+		}
+		seqs[n] = seq;
+		keys[n] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2);
+		vals[n] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 3);
+		n++;
 	}
 	MemoryContextSwitchTo(oldcxt);
+	if (nskipped > 0)
+		outbox_set_aside(r, skipped, nskipped, NULL, NULL);
 	outbox_end();
+	if (n == 0 && nskipped > 0)
+		goto again;
 	if (n == 0)
 		return 0;
 	RT_END(RT_SELECT);
@@ -1169,6 +1337,7 @@ relay_produce(KafkaRelay *r, bool await, char **error)
 		if (kerr)
 			return relay_failed(r, "begin_transaction", kerr, error) ? 0 : -1;
 		r->in_txn = true;
+		r->failed_seq = 0;
 		r->txn_begun_at = GetCurrentTimestamp();
 	}
 	for (int i = 0; i < n; i++)
@@ -1188,6 +1357,7 @@ relay_produce(KafkaRelay *r, bool await, char **error)
 									RD_KAFKA_V_HEADER("sdp-flow", r->flow_id_text, -1),
 									RD_KAFKA_V_HEADER("sdp-worker", r->worker_text, -1),
 									RD_KAFKA_V_HEADER("sdp-seq", seq_text, -1),
+									RD_KAFKA_V_OPAQUE((void *) (intptr_t) seqs[i]),
 									RD_KAFKA_V_END);
 			if (err != RD_KAFKA_RESP_ERR__QUEUE_FULL)
 				break;
@@ -1198,6 +1368,14 @@ relay_produce(KafkaRelay *r, bool await, char **error)
 		if (err)
 		{
 			*error = psprintf("sink \"%s\": produce: %s", r->def.name, rd_kafka_err2str(err));
+			/* a row the producer will never take: set aside once the transaction is aborted (kafka_relay_drain) */
+			if (err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE)
+			{
+				r->refused_seq = seqs[i];
+				snprintf(r->refused_reason, sizeof(r->refused_reason),
+						 "sink \"%s\" refused the message: %s (%zu bytes of key and value)",
+						 r->def.name, rd_kafka_err2str(err), (keys[i] ? strlen(keys[i]) : 0) + strlen(vals[i]));
+			}
 			r->in_txn = false;
 			r->aborting = true;
 			return -1;
@@ -1248,6 +1426,14 @@ kafka_relay_drain(KafkaRelay *r, char **error)
 				return relay_failed(r, "abort_transaction", kerr, error);
 			r->aborting = false;
 			r->recovered = false;
+		}
+		if (r->refused_seq != 0)
+		{
+			/* its transaction is aborted: the row goes to the dead letters, the rest is produced */
+			outbox_begin();
+			outbox_set_aside(r, &r->refused_seq, 1, r->refused_reason, "54000");
+			outbox_end();
+			r->refused_seq = 0;
 		}
 		if (r->in_txn)
 		{

@@ -33,6 +33,7 @@
 #include "utils/jsonb.h"
 
 #include "dead_letter.h"
+#include "kafka_properties.h"
 
 #define KAFKA_LOG_RING 8
 
@@ -97,7 +98,8 @@ is_reserved(const char *key)
 /*
  * Check a source's librdkafka properties without connecting anywhere, for
  * sdp_create_source: unknown names and invalid values are refused here
- * rather than when the flow starts.
+ * rather than when the flow starts.  Which role may set which is
+ * kafka_properties_check_role's to say, before this.
  */
 void
 kafka_validate_properties(List *properties)
@@ -120,6 +122,9 @@ kafka_validate_properties(List *properties)
 					 errdetail("sdp_ext sets it itself: offsets are committed in PostgreSQL with the flow's rows."),
 					 errhint("Give the brokers as the bootstrap_servers argument.")));
 		}
+		/* setting it would load its code here, in the caller's backend: the worker checks it */
+		if (kafka_property_loads_code(key))
+			continue;
 		if (rd_kafka_conf_set(conf, key, val, errstr, sizeof(errstr)) != RD_KAFKA_CONF_OK)
 		{
 			rd_kafka_conf_destroy(conf);
@@ -278,6 +283,7 @@ kafka_source_create(const SdpSourceDef *source, const char *flow_name)
 	ks->queue_max_bytes = conf_int(conf, "queued.max.messages.kbytes", 65536) * 1024;
 
 	rd_kafka_conf_set_opaque(conf, ks);
+	kafka_conf_restrict_hosts(conf);
 	rd_kafka_conf_set_error_cb(conf, on_kafka_error);
 	rd_kafka_conf_set_log_cb(conf, on_kafka_log);
 

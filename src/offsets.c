@@ -584,9 +584,11 @@ sdp_wait_for_restore(FlowWorker *w)
 void
 sdp_assign_partitions(FlowWorker *w, int n, int32 *partitions)
 {
+	MemoryContext cxt = CurrentMemoryContext;
 	MemoryContext oldcxt;
-	int32	   *fresh = palloc(sizeof(int32) * n);
-	int64	   *fresh_off = palloc(sizeof(int64) * n);
+	int32	   *fresh = palloc(sizeof(int32) * Max(n, 1));
+	int64	   *fresh_off = palloc(sizeof(int64) * Max(n, 1));
+	bool	   *known = palloc(sizeof(bool) * Max(n, 1));
 	int			nfresh = 0;
 	int			total;
 	int32	   *all_parts;
@@ -602,85 +604,112 @@ sdp_assign_partitions(FlowWorker *w, int n, int32 *partitions)
 	/* a restore of the flow may not be complete yet: its offsets (and state) first */
 	sdp_wait_for_restore(w);
 
+	/* 1. where the flow stands on these partitions, as sdp.offsets says: a short transaction */
 	sdp_start_transaction();
 	SPI_connect();
 	PushActiveSnapshot(GetTransactionSnapshot());
-
 	sdp_catalog_enter(&scope);
-	stored = flow_offsets_stored(w, &has_flag);
 	/* a stateful flow resumes where its checkpointed state was taken */
 	SPI_execute_with_args(w->op ? "SELECT partition, coalesce(state_offset, next_offset) FROM sdp.offsets WHERE flow_id = $1"
 						  : "SELECT partition, next_offset FROM sdp.offsets WHERE flow_id = $1",
 						  1, argtypes, values, NULL, true, 0);
 	sdp_catalog_leave(&scope);
 	nrows = SPI_processed;
-
 	for (int i = 0; i < n; i++)
 	{
-		bool		known = false;
 		bool		isnull;
 
 		if (partitions[i] <= w->max_partition_id && w->partition_index &&
 			w->partition_index[partitions[i]] >= 0)
 			continue;			/* already consuming it */
+		known[nfresh] = false;
 		for (uint64 r = 0; r < SPI_processed; r++)
 		{
 			if (DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 1, &isnull)) == partitions[i])
 			{
 				fresh_off[nfresh] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 2, &isnull));
-				known = true;
-			}
-		}
-		if (!known)
-		{
-			int64		lo,
-						hi;
-			char	   *error;
-
-			if (w->source.start_at_time_set)
-			{
-				/* the first message at or after the time (Kafka's offsets-for-times) */
-				while (!kafka_source_lookup_time(&w->source, w->args.name, partitions[i],
-												 sdp_timestamptz_to_unix_ms(w->source.start_at_time),
-												 &fresh_off[nfresh], 5000, &error))
-				{
-					sdp_worker_set_broker(w, false, error);
-					sdp_worker_wait(w, 1000);
-				}
-			}
-			else
-			{
-				while (!kafka_source_query_watermarks(w->kafka, partitions[i], &lo, &hi, 5000, &error))
-				{
-					sdp_worker_set_broker(w, false, error);
-					sdp_worker_wait(w, 1000);
-				}
-				fresh_off[nfresh] = w->source.start_at_earliest ? lo : hi;
+				known[nfresh] = true;
 			}
 		}
 		fresh[nfresh++] = partitions[i];
 	}
-	if (nfresh > 0)
-		sdp_store_offsets(w, nfresh, fresh, fresh_off, NULL, true);
-	if (has_flag && !stored && (nfresh > 0 || nrows > 0))
-	{
-		/*
-		 * In the same transaction as the flow's first offsets (or with the
-		 * next assignment, for offsets stored on a 0.1 catalog that the
-		 * update did not see).
-		 */
-		sdp_catalog_enter(&scope);
-		rc = SPI_execute_with_args("UPDATE sdp.flows SET offsets_stored = true WHERE id = $1",
-								   1, argtypes, values, NULL, false, 0);
-		sdp_catalog_leave(&scope);
-		if (rc != SPI_OK_UPDATE)
-			elog(ERROR, "could not mark the offsets of flow \"%s\" stored: %s",
-				 w->args.name, SPI_result_code_string(rc));
-	}
-
 	PopActiveSnapshot();
 	SPI_finish();
 	CommitTransactionCommand();
+	MemoryContextSwitchTo(cxt);
+
+	/*
+	 * 2. Where the others start, from the brokers, outside any transaction:
+	 * a broker that does not answer holds no snapshot, lock or xmin while
+	 * the worker waits for it (retrying, with the reason in the status).
+	 */
+	for (int i = 0; i < nfresh; i++)
+	{
+		MemoryContext waitcxt;
+
+		if (known[i])
+			continue;
+		waitcxt = AllocSetContextCreate(cxt, "sdp broker wait", ALLOCSET_SMALL_SIZES);
+		for (;;)
+		{
+			int64		lo,
+						hi;
+			char	   *error;
+			bool		ok;
+
+			MemoryContextSwitchTo(waitcxt);
+			if (w->source.start_at_time_set)
+				/* the first message at or after the time (Kafka's offsets-for-times) */
+				ok = kafka_source_lookup_time(&w->source, w->args.name, fresh[i],
+											  sdp_timestamptz_to_unix_ms(w->source.start_at_time),
+											  &fresh_off[i], 5000, &error);
+			else
+			{
+				ok = kafka_source_query_watermarks(w->kafka, fresh[i], &lo, &hi, 5000, &error);
+				if (ok)
+					fresh_off[i] = w->source.start_at_earliest ? lo : hi;
+			}
+			if (ok)
+				break;
+			sdp_worker_wait_for_broker(w, psprintf("cannot start consuming partition %d", fresh[i]), error);
+			MemoryContextReset(waitcxt);
+		}
+		MemoryContextSwitchTo(cxt);
+		MemoryContextDelete(waitcxt);
+		sdp_worker_broker_answered(w);
+	}
+
+	/* 3. their offsets stored, from where they start: a short transaction */
+	if (nfresh > 0 || nrows > 0)
+	{
+		sdp_start_transaction();
+		SPI_connect();
+		PushActiveSnapshot(GetTransactionSnapshot());
+		sdp_catalog_enter(&scope);
+		stored = flow_offsets_stored(w, &has_flag);
+		sdp_catalog_leave(&scope);
+		if (nfresh > 0)
+			sdp_store_offsets(w, nfresh, fresh, fresh_off, NULL, true);
+		if (has_flag && !stored && (nfresh > 0 || nrows > 0))
+		{
+			/*
+			 * In the same transaction as the flow's first offsets (or with the
+			 * next assignment, for offsets stored on a 0.1 catalog that the
+			 * update did not see).
+			 */
+			sdp_catalog_enter(&scope);
+			rc = SPI_execute_with_args("UPDATE sdp.flows SET offsets_stored = true WHERE id = $1",
+									   1, argtypes, values, NULL, false, 0);
+			sdp_catalog_leave(&scope);
+			if (rc != SPI_OK_UPDATE)
+				elog(ERROR, "could not mark the offsets of flow \"%s\" stored: %s",
+					 w->args.name, SPI_result_code_string(rc));
+		}
+		PopActiveSnapshot();
+		SPI_finish();
+		CommitTransactionCommand();
+		MemoryContextSwitchTo(cxt);
+	}
 
 	if (nfresh == 0)
 		return;

@@ -133,7 +133,7 @@ sdp_operator_check_options(Jsonb *options, const char *operator_name, const char
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("unknown option \"%s\" for operator %s", key, operator_name),
-					 errhint("Options of %s are %s; flow options are mode, on_error, checkpoint_interval, state_memory_limit, synchronous_commit, max_batch_rows, max_batch_bytes, max_batch_wait, progress_interval and notify.",
+					 errhint("Options of %s are %s; flow options are mode, on_error, checkpoint_interval, state_memory_limit, synchronous_commit, statement_timeout, search_path, max_batch_rows, max_batch_bytes, max_batch_wait, progress_interval and notify.",
 							 operator_name, names.data)));
 		}
 	}

@@ -41,6 +41,14 @@ typedef struct SdpSink
 	int			clean_batches;	/* upsert: batches in a row whose keys were all new */
 	int			plan_batches;	/* upsert: batches still to write by the plan alone (keys mostly there) */
 	bool		engine_rows;	/* sdp.outbox: rows the engine formed for the flow itself (sink.c) */
+	/* sdp.outbox of a Kafka sink: the bound on a row's key and value (sdp_sink_limit_messages) */
+	int			max_payload;	/* bytes of key + value; 0: no bound */
+	int			message_max_bytes;	/* the sink's, for the reason */
+	const char *kafka_sink_name;
+	int			row_key_att;	/* key and value in row_desc (1-based) */
+	int			row_value_att;
+	int			rel_key_att;	/* and in the outbox's own rows */
+	int			rel_value_att;
 } SdpSink;
 
 /* transform.c */
@@ -60,6 +68,7 @@ extern Oid	sdp_target_primary_key(Relation rel, int *npk, AttrNumber **attnums);
 extern void sdp_sink_prepare(SdpSink *s, Oid target, SdpWriteMode mode,
 							 TupleDesc row_desc, bool skip_unmatched_meta);
 extern void sdp_sink_prepare_outbox(SdpSink *s, Oid outbox, TupleDesc row_desc);
+extern void sdp_sink_limit_messages(SdpSink *s, const char *sink_name, int max_payload, int message_max_bytes);
 extern void sdp_sink_check_privileges(SdpSink *s, Oid roleid);
 extern int64 sdp_sink_write(SdpSink *s, HeapTuple *rows, int n);
 extern bool sdp_sink_write_transformed(SdpSink *s, SdpTransform *t, HeapTuple *rows, int n,

@@ -21,6 +21,7 @@
  *	operator.c		the stateful operator interface; operators/ holds the operators
  *	state_store.c	keyed operator state in shared memory (DSA + dshash)
  *	kafka_source.c	librdkafka consumer of one flow
+ *	kafka_properties.c	which librdkafka properties and broker hosts a role may use
  *	kafka_sink.c	a sink flow's outbox, and its relay to Kafka with a transactional producer
  *	json_decode.c	JSON payload -> tuple of the flow's input schema
  *	input_schema.c	the declared input schema and the relation "input"
@@ -54,6 +55,8 @@
 #define SDP_MAX_OWNERS			256
 /* Upper bound of the flow option workers. */
 #define SDP_MAX_WORKERS			64
+/* Default of the flow option statement_timeout: a batch's statements that run longer are cancelled. */
+#define SDP_DEFAULT_STATEMENT_TIMEOUT_MS	60000
 
 /* GUCs (sdp_main.c) */
 extern char *sdp_database;

@@ -15,6 +15,8 @@
 #include "utils/builtins.h"
 #include "utils/guc.h"
 
+#include "kafka_properties.h"
+
 PG_MODULE_MAGIC;
 
 PG_FUNCTION_INFO_V1(sdp_library_version);
@@ -121,6 +123,16 @@ sdp_define_gucs(void)
 							PGC_SIGHUP,
 							GUC_UNIT_S,
 							NULL, NULL, NULL);
+
+	DefineCustomStringVariable("sdp.allowed_hosts",
+							   "Broker hosts that the sources and sinks of roles other than superusers may name.",
+							   "A comma-separated list of host, host:port, [address]:port and *.domain entries, or * for any. "
+							   "It bounds bootstrap_servers, the brokers a cluster advertises to a flow's worker, and OAuth token endpoints.",
+							   &sdp_allowed_hosts,
+							   "*",
+							   PGC_SUSET,
+							   GUC_LIST_INPUT,
+							   sdp_check_allowed_hosts, NULL, NULL);
 
 	MarkGUCPrefixReserved("sdp");
 }

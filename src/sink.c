@@ -44,6 +44,7 @@
  */
 #include "pipeline.h"
 
+#include "access/detoast.h"
 #include "access/genam.h"
 #include "access/heapam.h"
 #include "access/relation.h"
@@ -164,6 +165,68 @@ sdp_sink_prepare_outbox(SdpSink *s, Oid outbox, TupleDesc row_desc)
 	sink_prepare(s, outbox, SDP_MODE_APPEND, row_desc, false, true);
 }
 
+/*
+ * An outbox's rows become Kafka messages: one whose key and value are
+ * more than max_payload bytes is refused when it is written (stage write),
+ * with a data error, so that it is set aside alone and the rest goes on,
+ * rather than stop the relay that cannot produce it.
+ */
+void
+sdp_sink_limit_messages(SdpSink *s, const char *sink_name, int max_payload, int message_max_bytes)
+{
+	s->max_payload = max_payload;
+	s->message_max_bytes = message_max_bytes;
+	s->kafka_sink_name = sink_name;
+	s->row_key_att = s->row_value_att = 0;
+	for (int i = 0; i < s->row_desc->natts; i++)
+	{
+		const char *name = NameStr(TupleDescAttr(s->row_desc, i)->attname);
+
+		if (strcmp(name, "key") == 0)
+			s->row_key_att = i + 1;
+		else if (strcmp(name, "value") == 0)
+			s->row_value_att = i + 1;
+	}
+	s->rel_key_att = get_attnum(s->relid, "key");
+	s->rel_value_att = get_attnum(s->relid, "value");
+	Assert(s->row_key_att > 0 && s->row_value_att > 0 && s->rel_key_att > 0 && s->rel_value_att > 0);
+}
+
+/* A text datum's bytes (0 for null), without detoasting it. */
+static Size
+text_bytes(Datum d, bool isnull)
+{
+	return isnull ? 0 : toast_raw_datum_size(d) - VARHDRSZ;
+}
+
+static void
+check_message_size(SdpSink *s, Datum key, bool keynull, Datum value, bool valuenull)
+{
+	Size		bytes = text_bytes(key, keynull) + text_bytes(value, valuenull);
+
+	if (bytes > (Size) s->max_payload)
+		ereport(ERROR,
+				(errcode(ERRCODE_STRING_DATA_RIGHT_TRUNCATION),
+				 errmsg("message of %zu bytes (key and value) is too large for sink \"%s\": its producer's message.max.bytes is %d, which leaves %d bytes for them",
+						bytes, s->kafka_sink_name, s->message_max_bytes, s->max_payload),
+				 errhint("Raise the sink's message.max.bytes (the topic's max.message.bytes must take it too), or make the flow's rows smaller.")));
+}
+
+/* A batch's rows (of row_desc) for the outbox, each checked against the sink's bound. */
+static void
+check_message_sizes(SdpSink *s, HeapTuple *rows, int n)
+{
+	for (int i = 0; i < n; i++)
+	{
+		bool		keynull,
+					valuenull;
+		Datum		key = heap_getattr(rows[i], s->row_key_att, s->row_desc, &keynull);
+		Datum		value = heap_getattr(rows[i], s->row_value_att, s->row_desc, &valuenull);
+
+		check_message_size(s, key, keynull, value, valuenull);
+	}
+}
+
 static void
 sink_prepare(SdpSink *s, Oid target, SdpWriteMode mode, TupleDesc row_desc,
 			 bool skip_unmatched_meta, bool engine_rows)
@@ -181,6 +244,7 @@ sink_prepare(SdpSink *s, Oid target, SdpWriteMode mode, TupleDesc row_desc,
 	s->mode = mode;
 	s->row_desc = row_desc;
 	s->engine_rows = engine_rows;
+	s->max_payload = 0;
 	s->relname = quote_qualified_identifier(get_namespace_name(RelationGetNamespace(rel)),
 											RelationGetRelationName(rel));
 
@@ -1045,6 +1109,8 @@ sdp_sink_write(SdpSink *s, HeapTuple *rows, int n)
 
 	if (n == 0)
 		return 0;
+	if (s->max_payload > 0)
+		check_message_sizes(s, rows, n);
 	if (s->mode == SDP_MODE_UPSERT && n > 1)
 	{
 		HeapTuple  *kept = palloc(sizeof(HeapTuple) * n);
@@ -1083,6 +1149,7 @@ typedef struct FormReceiver
 {
 	DestReceiver pub;
 	FastWrite  *fw;
+	SdpSink    *sink;
 	int			nsrc;			/* the transform's columns */
 	Datum	   *values;			/* the target's row being made */
 	bool	   *isnull;
@@ -1127,6 +1194,9 @@ form_receive(TupleTableSlot *slot, DestReceiver *self)
 
 		r->values[a - 1] = ExecEvalExpr(fw->def[d], econtext, &r->isnull[a - 1]);
 	}
+	if (r->sink->max_payload > 0)
+		check_message_size(r->sink, r->values[r->sink->rel_key_att - 1], r->isnull[r->sink->rel_key_att - 1],
+						   r->values[r->sink->rel_value_att - 1], r->isnull[r->sink->rel_value_att - 1]);
 	MemoryContextSwitchTo(estate->es_query_cxt);
 	if (r->nrows == r->maxrows)
 	{
@@ -1197,6 +1267,7 @@ sdp_sink_write_transformed(SdpSink *s, SdpTransform *t, HeapTuple *rows, int n,
 	r.pub.rDestroy = form_destroy;
 	r.pub.mydest = DestTuplestore;	/* any tag but DestNone and DestSPI: see sdp_transform_run_into */
 	r.fw = &fw;
+	r.sink = s;
 	r.nsrc = s->row_desc->natts;
 	oldcxt = MemoryContextSwitchTo(fw.estate->es_query_cxt);
 	r.values = palloc(sizeof(Datum) * Max(fw.slot_desc->natts, 1));

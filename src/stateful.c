@@ -27,9 +27,9 @@
  * partition and its state move together when the flow's workers change.
  * With workers > 1 a key must arrive on one partition only: a row of a key
  * that another partition owns (in this worker, or in another worker of the
- * flow while that worker holds the key) is a data error of the transform
- * stage (check_ownership), so its message goes to the dead letters and the
- * state is never merged across partitions.  With one worker any partition
+ * flow while that worker holds the key) fails the flow (check_ownership),
+ * before the operator sees the batch: a flow whose topic is not keyed by
+ * its operator's key never goes on with results that are wrong.  With one worker any partition
  * may feed any key, as before; the first one is recorded.
  *
  * Event time is per worker: its watermark comes from its own partitions,
@@ -255,24 +255,36 @@ sdp_stateful_begin_attempt(FlowWorker *w)
 	w->batch_owners = hash_create("sdp batch key owners", 256, &ctl, HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
 }
 
+/*
+ * A key that arrives on two partitions in a flow with several workers:
+ * each worker would keep its own part of the key's state, and every result
+ * of the key would be wrong.  That is the flow's topology, not a message:
+ * the flow fails (w->flow_fault, batch.c) with what to do, and nothing of
+ * the batch commits.
+ */
 static void
-ownership_error(const char *key, int32 owner, int32 partition)
+ownership_error(FlowWorker *w, const char *key, int32 owner, int32 partition)
 {
+	char	   *msg = psprintf("key \"%s\" of operator %s arrives on partitions %d and %d, and a flow with %d workers keeps the state of a key in the worker of its partition, "
+							   "so its results would be wrong; run the flow in one worker (SELECT sdp_set_flow_workers('%s', 1)), "
+							   "or key its topic by the operator's key (re-key it through a sink, as the two-stage zone flow does)",
+							   key, w->op->name, Min(owner, partition), Max(owner, partition), w->args.nworkers,
+							   w->args.name);
+
+	w->flow_fault = MemoryContextStrdup(w->batch_cxt, msg);
 	ereport(ERROR,
-			(errcode(ERRCODE_DATA_EXCEPTION),
-			 errmsg("key \"%s\" arrives on partitions %d and %d: a stateful flow with workers > 1 needs its topic partitioned by the operator's key",
-					key, Min(owner, partition), Max(owner, partition)),
-			 errdetail("The key's state is owned by partition %d; this row came from partition %d.", owner, partition),
-			 errhint("Produce every message of a key to one partition (key the messages by the operator's key), or run the flow in one worker: sdp_set_flow_workers(flow, 1).")));
+			(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+			 errmsg("%s", msg),
+			 errdetail("The key's state is owned by partition %d; this row came from partition %d.", owner, partition)));
 }
 
 /*
  * With workers > 1, every row's key must be owned by the row's partition:
  * the partition that created the key's state, in this worker or in
  * another of the flow's, or the first of this batch's rows of the key.  A
- * row that breaks it raises a data error before any state changes, so that
- * its message goes to the dead letters (stage 'transform').  What rows of
- * this call claim counts only once the call has gone through.
+ * row that breaks it fails the flow before any state changes
+ * (ownership_error).  What rows of this call claim counts only once the
+ * call has gone through.
  */
 static void
 check_ownership(FlowWorker *w, HeapTuple *rows, const int32 *partitions, int n)
@@ -306,7 +318,7 @@ check_ownership(FlowWorker *w, HeapTuple *rows, const int32 *partitions, int n)
 		{
 			owner = *(int32 *) (entry + SDP_STATE_KEY_MAX);
 			if (owner >= 0 && owner != partitions[i])
-				ownership_error(buf, owner, partitions[i]);
+				ownership_error(w, buf, owner, partitions[i]);
 			continue;
 		}
 		/* the first row of the key in this batch: who owns it now */
@@ -321,10 +333,10 @@ check_ownership(FlowWorker *w, HeapTuple *rows, const int32 *partitions, int n)
 				continue;
 			theirs = sdp_state_key_partition(sibling, buf, &held);
 			if (held && theirs >= 0 && theirs != partitions[i])
-				ownership_error(buf, theirs, partitions[i]);
+				ownership_error(w, buf, theirs, partitions[i]);
 		}
 		if (found && owner >= 0 && owner != partitions[i])
-			ownership_error(buf, owner, partitions[i]);
+			ownership_error(w, buf, owner, partitions[i]);
 		entry = hash_search(claims, buf, HASH_ENTER, NULL);
 		*(int32 *) (entry + SDP_STATE_KEY_MAX) = partitions[i];
 	}

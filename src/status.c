@@ -546,11 +546,14 @@ flow_declared(const char *name)
 {
 	Oid			argtypes[1] = {TEXTOID};
 	Datum		args[1] = {CStringGetTextDatum(name)};
+	SdpCatalogScope scope;
 	bool		found;
 
 	SPI_connect();
+	sdp_catalog_enter(&scope);
 	found = SPI_execute_with_args("SELECT 1 FROM sdp.flows WHERE name = $1", 1, argtypes, args, NULL, true, 1) == SPI_OK_SELECT &&
 		SPI_processed == 1;
+	sdp_catalog_leave(&scope);
 	SPI_finish();
 	return found;
 }

@@ -24,6 +24,9 @@
 #include "pipeline.h"
 
 #include "access/relation.h"
+#include "access/stratnum.h"
+#include "catalog/pg_index.h"
+#include "catalog/pg_operator.h"
 #include "catalog/pg_type.h"
 #include "common/hashfn.h"
 #include "miscadmin.h"
@@ -31,8 +34,53 @@
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
+#include "utils/syscache.h"
 
 #include "tombstone.h"
+
+/*
+ * The equality operator of the first column of index indexoid (a btree
+ * primary key) for a column of type coltype, as "schema.=", quoted.
+ */
+static char *
+key_equality_operator(Oid indexoid, Oid coltype)
+{
+	HeapTuple	tup;
+	Oid			opclass;
+	Oid			opfamily;
+	Oid			opcintype;
+	Oid			opno;
+	bool		isnull;
+	oidvector  *indclass;
+	HeapTuple	optup;
+	Form_pg_operator op;
+	char	   *result;
+
+	tup = SearchSysCache1(INDEXRELID, ObjectIdGetDatum(indexoid));
+	if (!HeapTupleIsValid(tup))
+		elog(ERROR, "cache lookup failed for index %u", indexoid);
+	indclass = (oidvector *) DatumGetPointer(SysCacheGetAttr(INDEXRELID, tup, Anum_pg_index_indclass, &isnull));
+	Assert(!isnull);
+	opclass = indclass->values[0];
+	ReleaseSysCache(tup);
+	opfamily = get_opclass_family(opclass);
+	opcintype = get_opclass_input_type(opclass);
+	/* a polymorphic opclass (enums, arrays, ranges) has its operators for the pseudo-type */
+	opno = get_opfamily_member(opfamily, IsPolymorphicType(opcintype) ? opcintype : coltype,
+							   IsPolymorphicType(opcintype) ? opcintype : coltype, BTEqualStrategyNumber);
+	if (!OidIsValid(opno))
+		opno = get_opfamily_member(opfamily, opcintype, opcintype, BTEqualStrategyNumber);
+	if (!OidIsValid(opno))
+		elog(ERROR, "no equality operator for type %s in the operator family of index %u",
+			 format_type_be(coltype), indexoid);
+	optup = SearchSysCache1(OPEROID, ObjectIdGetDatum(opno));
+	if (!HeapTupleIsValid(optup))
+		elog(ERROR, "cache lookup failed for operator %u", opno);
+	op = (Form_pg_operator) GETSTRUCT(optup);
+	result = psprintf("%s.%s", quote_identifier(get_namespace_name(op->oprnamespace)), NameStr(op->oprname));
+	ReleaseSysCache(optup);
+	return result;
+}
 
 /*
  * At declaration and at worker start: whether a flow may delete with
@@ -86,9 +134,17 @@ sdp_tombstone_prepare(const SdpFlowOptions *opts, bool has_operator, Oid target,
 						 GetUserNameFromId(owner, false))));
 	if (plan == NULL)
 		return;
-	/* the keys as text, each read by the key column's input function (a cast from text) */
-	*plan = SPI_prepare(psprintf("DELETE FROM %s WHERE %s = ANY ($1::%s[])", relname, quote_identifier(col),
-								 format_type_be_qualified(coltype)),
+
+	/*
+	 * The keys as text, each read by the key column's input function (a
+	 * cast from text).  The statement runs as the owner, with the owner's
+	 * search_path: its operator is named with its schema, the equality of
+	 * the primary key's btree operator family (as ri_triggers.c names the
+	 * operators of a foreign key's checks), so that no operator of another
+	 * schema can be chosen instead, whatever the search_path holds.
+	 */
+	*plan = SPI_prepare(psprintf("DELETE FROM %s WHERE %s OPERATOR(%s) ANY ($1::%s[])", relname, quote_identifier(col),
+								 key_equality_operator(pk, coltype), format_type_be_qualified(coltype)),
 						1, argtypes);
 	if (*plan == NULL)
 		elog(ERROR, "could not prepare the tombstones' DELETE: %s", SPI_result_code_string(SPI_result));

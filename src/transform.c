@@ -16,13 +16,16 @@
  */
 #include "pipeline.h"
 
+#include "executor/executor.h"
 #include "miscadmin.h"
 #include "nodes/nodeFuncs.h"
+#include "tcop/dest.h"
 #include "nodes/parsenodes.h"
 #include "parser/parsetree.h"
 #include "utils/memutils.h"
 #include "utils/plancache.h"
 #include "utils/queryenvironment.h"
+#include "utils/snapmgr.h"
 #include "utils/tuplestore.h"
 
 /*
@@ -408,13 +411,49 @@ sdp_transform_reads_column(SdpTransform *t, AttrNumber attno)
 	return cx.found;
 }
 
-/* Run the transform once over an empty input: it checks the privileges on what it reads. */
+/*
+ * Check that the transform can run as the current role, without running
+ * it: its plan's executor is started and ended as EXPLAIN (without
+ * ANALYZE) does, which checks what executing it checks first, the
+ * privileges on the tables it reads and EXECUTE on its functions.  Nothing
+ * of the query is evaluated (an uncorrelated subquery neither: an InitPlan
+ * runs at its first use), so a declaration never waits for it.
+ */
 void
 sdp_transform_check_runs(SdpTransform *t)
 {
-	HeapTuple  *out;
+	CachedPlanSource *ps;
+	CachedPlan *cplan;
+	QueryEnvironment *env;
+	EphemeralNamedRelation enr;
+	ListCell   *lc;
 
-	(void) sdp_transform_run(t, NULL, 0, &out);
+	if (t->plan == NULL)
+		return;
+	ps = linitial(SPI_plan_get_plan_sources(t->plan));
+	enr = palloc0(sizeof(EphemeralNamedRelationData));
+	enr->md.name = pstrdup(SDP_INPUT_RELATION);
+	enr->md.reliddesc = InvalidOid;
+	enr->md.tupdesc = t->input_desc;
+	enr->md.enrtype = ENR_NAMED_TUPLESTORE;
+	enr->md.enrtuples = 1000;
+	enr->reldata = tuplestore_begin_heap(false, false, work_mem);
+	env = create_queryEnv();
+	register_ENR(env, enr);
+
+	cplan = GetCachedPlan(ps, NULL, NULL, env);
+	foreach(lc, cplan->stmt_list)
+	{
+		PlannedStmt *stmt = lfirst_node(PlannedStmt, lc);
+		QueryDesc  *qd = CreateQueryDesc(stmt, ps->query_string, GetActiveSnapshot(), InvalidSnapshot,
+										 None_Receiver, NULL, env, 0);
+
+		ExecutorStart(qd, EXEC_FLAG_EXPLAIN_ONLY);
+		ExecutorEnd(qd);
+		FreeQueryDesc(qd);
+	}
+	ReleaseCachedPlan(cplan, NULL);
+	tuplestore_end(enr->reldata);
 }
 
 /*

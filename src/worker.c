@@ -42,6 +42,7 @@
 
 #include "batch.h"
 #include "funcapi.h"
+#include "kafka_properties.h"
 #include "tombstone.h"
 #include "offsets.h"
 #include "skip.h"
@@ -62,6 +63,7 @@
 #define SDP_BEHIND_STEP_MS		2
 
 static FlowWorker *W = NULL;
+static char refused_host[256];	/* the last broker the resolver refused (report_refused_host) */
 
 static void worker_on_exit(int code, Datum arg);
 static void worker_load_flow(FlowWorker *w);
@@ -71,6 +73,8 @@ static void worker_fail(FlowWorker *w, const char *message) pg_attribute_noretur
 static void worker_exit_expected(FlowWorker *w) pg_attribute_noreturn();
 static void worker_check_stop_request(FlowWorker *w);
 static long linger_wait_ms(FlowWorker *w, long wait_ms);
+static void worker_set_state(FlowWorker *w, SdpFlowState state, bool clear_error);
+static void report_refused_host(FlowWorker *w);
 
 /* Unix time in microseconds, the clock Kafka timestamps use. */
 int64
@@ -96,6 +100,7 @@ sdp_flow_worker_main(Datum main_arg)
 	w = MemoryContextAllocZero(TopMemoryContext, sizeof(FlowWorker));
 	W = w;
 	memcpy(&w->args, MyBgworkerEntry->bgw_extra, sizeof(SdpWorkerArgs));
+	sdp_worker_flow_name = w->args.name;	/* its transform cannot change the flow (api.c) */
 	w->slot = &SdpShmem->slots[w->args.slotno];
 	w->flow_cxt = AllocSetContextCreate(TopMemoryContext, "sdp flow", ALLOCSET_DEFAULT_SIZES);
 	w->batch_cxt = AllocSetContextCreate(TopMemoryContext, "sdp batch", ALLOCSET_DEFAULT_SIZES);
@@ -119,12 +124,12 @@ sdp_flow_worker_main(Datum main_arg)
 	sdp_wait_for_restore(w);
 	worker_load_flow(w);
 
-	/* Running from here on; a broker that cannot be reached shows as broker_ok = false. */
-	SpinLockAcquire(&w->slot->mutex);
-	w->slot->state = SDP_FLOW_RUNNING;
-	SpinLockRelease(&w->slot->mutex);
-
-	/* An error connecting (e.g. a librdkafka property it refuses) is shown in the status before the worker exits. */
+	/*
+	 * Starting until the brokers have told the topic's partitions (retrying,
+	 * with the reason, while they cannot: worker_open_source).  An error
+	 * connecting (e.g. a librdkafka property it refuses) is shown in the
+	 * status before the worker exits.
+	 */
 	PG_TRY();
 	{
 		worker_open_source(w);
@@ -139,6 +144,7 @@ sdp_flow_worker_main(Datum main_arg)
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
+	worker_set_state(w, SDP_FLOW_RUNNING, false);
 	if (w->sink_def.name)
 	{
 		MemoryContext oldcxt = MemoryContextSwitchTo(w->flow_cxt);
@@ -147,7 +153,7 @@ sdp_flow_worker_main(Datum main_arg)
 		List	   *orphans;
 
 		w->relay = kafka_relay_create(&w->sink_def, w->args.flow_id, w->args.name,
-									  w->outbox_tagged ? w->args.worker_no : 0, w->outbox_tagged);
+									  w->outbox_tagged ? w->args.worker_no : 0, w->outbox_tagged, w->outbox_skips);
 		w->relay_pending = true;	/* what an earlier worker left in the outbox */
 		w->relay_draining = true;	/* before the worker consumes */
 		/*
@@ -161,7 +167,7 @@ sdp_flow_worker_main(Datum main_arg)
 		{
 			w->orphan_relays = lappend(w->orphan_relays,
 									   kafka_relay_create(&w->sink_def, w->args.flow_id, w->args.name,
-														  lfirst_int(lc), true));
+														  lfirst_int(lc), true, w->outbox_skips));
 			ereport(LOG,
 					(errmsg("sdp flow \"%s\" worker %d relays the outbox rows that worker %d of an earlier layout left",
 							w->args.name, w->args.worker_no, lfirst_int(lc))));
@@ -278,6 +284,61 @@ worker_wait_events(FlowWorker *w, long timeout_ms)
 		else if (w->relay && event.fd == kafka_relay_event_fd(w->relay))
 			kafka_relay_serve(w->relay);
 	}
+}
+
+/*
+ * The worker cannot go on until its source's brokers answer (what: what it
+ * cannot do; error: why): the flow is retrying, with the reason in the
+ * status, and in the log when the wait starts and every minute it lasts;
+ * then a second's wait.  Called in a loop, outside any transaction, until
+ * they answer; then sdp_worker_broker_answered.
+ */
+void
+sdp_worker_wait_for_broker(FlowWorker *w, const char *what, const char *error)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	char	   *msg;
+
+	/* a broker the cluster advertised that the owner may not reach is the likely reason */
+	report_refused_host(w);
+	if (refused_host[0] != '\0')
+		error = psprintf("%s (broker %s is not in sdp.allowed_hosts: the flow's clients do not connect to it)",
+						 error, refused_host);
+	msg = psprintf("%s: source \"%s\" (brokers %s): %s; trying again every second",
+				   what, w->source.name, w->source.bootstrap_servers, error);
+	if (w->broker_wait_since == 0 || now >= TimestampTzPlusMilliseconds(w->broker_wait_logged, 60000))
+	{
+		ereport(LOG,
+				(errmsg("sdp flow \"%s\" %s", w->args.name, msg),
+				 errhint("Check that the brokers can be reached from the database server and that topic \"%s\" exists.",
+						 w->source.topic)));
+		w->broker_wait_logged = now;
+	}
+	if (w->broker_wait_since == 0)
+	{
+		w->broker_wait_since = now;
+		SpinLockAcquire(&w->slot->mutex);
+		w->broker_wait_state = w->slot->state;
+		SpinLockRelease(&w->slot->mutex);
+	}
+	sdp_worker_set_broker(w, false, error);
+	sdp_worker_set_error(w, msg);
+	worker_set_state(w, SDP_FLOW_RETRYING, false);
+	pfree(msg);
+	sdp_worker_wait(w, 1000);
+}
+
+/* The brokers answered after sdp_worker_wait_for_broker: the flow is in its state before, without the error. */
+void
+sdp_worker_broker_answered(FlowWorker *w)
+{
+	if (w->broker_wait_since == 0)
+		return;
+	ereport(LOG,
+			(errmsg("sdp flow \"%s\": the brokers of source \"%s\" answered after %ld s",
+					w->args.name, w->source.name, (long) ((GetCurrentTimestamp() - w->broker_wait_since) / USECS_PER_SEC))));
+	worker_set_state(w, (SdpFlowState) w->broker_wait_state, true);
+	w->broker_wait_since = 0;
 }
 
 /* Sleep up to timeout_ms, staying responsive to stop requests and postmaster death. */
@@ -436,6 +497,29 @@ load_declaration(FlowWorker *w)
 	/* Everything else runs as the owner; an error here is usually about the declaration. */
 	sdp_parse_source_options(source_options, &w->source);
 	sdp_parse_flow_options(flow_options, &w->opts);
+
+	/*
+	 * The transform (and everything else the worker plans) resolves names
+	 * through the search_path fixed at the declaration, for the worker's
+	 * life: a session value, which each batch's own changes do not touch
+	 * (batch.c undoes them).  A flow declared before 0.7 has none, and
+	 * keeps the owner's default.
+	 */
+	if (w->opts.search_path)
+		(void) set_config_option("search_path", w->opts.search_path, PGC_USERSET, PGC_S_SESSION,
+								 GUC_ACTION_SET, true, 0, false);
+
+	/*
+	 * The owner may use the source's (and sink's) brokers and properties:
+	 * checked again here, before any client exists, since the owner may
+	 * have lost a role since the declaration.
+	 */
+	kafka_properties_check_role(GetUserId(), psprintf("source \"%s\"", w->source.name),
+								w->source.bootstrap_servers, w->source.properties);
+	if (w->sink_def.name)
+		kafka_properties_check_role(GetUserId(), psprintf("sink \"%s\"", w->sink_def.name),
+									w->sink_def.bootstrap_servers, w->sink_def.properties);
+	kafka_hosts_for_owner(GetUserId());
 	w->schema = sdp_parse_input_schema(w->schema_text);
 
 	names = stringToQualifiedNameList(w->target_name);
@@ -455,6 +539,7 @@ load_declaration(FlowWorker *w)
 		 * column worker (0.5): each relays its own rows.
 		 */
 		w->outbox_tagged = sdp_outbox_has_worker();
+		w->outbox_skips = sdp_outbox_has_skips();
 		if (w->args.nworkers > 1 && !w->outbox_tagged)
 			ereport(ERROR,
 					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
@@ -484,6 +569,15 @@ load_declaration(FlowWorker *w)
 																w->outbox_tagged ? w->args.worker_no : -1,
 																w->opts.sink_key));
 			sdp_sink_prepare_outbox(&w->sink, w->target, w->transform.result_desc);
+		}
+		/* a row the sink's producer would refuse is set aside when it is written (sink.c) */
+		{
+			int			message_max_bytes;
+			int			max_payload = kafka_sink_max_payload(&w->sink_def, w->args.flow_id,
+															 w->outbox_tagged ? w->args.worker_no : 0,
+															 &message_max_bytes);
+
+			sdp_sink_limit_messages(&w->sink, w->sink_def.name, max_payload, message_max_bytes);
 		}
 	}
 	else if (w->operator_name)
@@ -674,6 +768,7 @@ worker_open_source(FlowWorker *w)
 	int32	   *partitions;
 	int			n;
 	char	   *error;
+	MemoryContext waitcxt;
 	MemoryContext oldcxt = MemoryContextSwitchTo(w->flow_cxt);
 
 	pgstat_report_activity(STATE_RUNNING, "sdp: connecting to Kafka");
@@ -681,15 +776,24 @@ worker_open_source(FlowWorker *w)
 	w->poll_buf = palloc(sizeof(rd_kafka_message_t *) * w->opts.max_batch_rows);
 	sdp_metrics_init(&w->metrics);
 
-	/* Wait for a broker to tell us the partitions; the flow shows the broker as down meanwhile. */
+	/*
+	 * Wait for a broker to tell us the partitions (retrying meanwhile, with
+	 * the reason), in memory of the wait's own: the error of each try goes.
+	 */
+	waitcxt = AllocSetContextCreate(w->flow_cxt, "sdp broker wait", ALLOCSET_SMALL_SIZES);
+	MemoryContextSwitchTo(waitcxt);
 	while ((n = kafka_source_list_partitions(w->kafka, &partitions, 2000, &error)) <= 0)
 	{
 		if (n == 0)
 			error = psprintf("topic \"%s\" has no partitions", w->source.topic);
-		sdp_worker_set_broker(w, false, error);
-		sdp_worker_wait(w, 1000);
+		sdp_worker_wait_for_broker(w, "cannot start consuming", error);
+		MemoryContextReset(waitcxt);
 	}
+	MemoryContextSwitchTo(w->flow_cxt);
+	partitions = memcpy(palloc(sizeof(int32) * n), partitions, sizeof(int32) * n);
+	MemoryContextDelete(waitcxt);
 	sdp_worker_set_broker(w, true, NULL);
+	sdp_worker_broker_answered(w);
 	MemoryContextSwitchTo(oldcxt);
 	/* the messages its owner asked to skip (restored with the rest, if it was) */
 	sdp_skips_reload(w);
@@ -708,6 +812,31 @@ worker_open_source(FlowWorker *w)
 	pgstat_report_activity(STATE_IDLE, NULL);
 }
 
+/*
+ * A broker name the owner may not connect to (sdp.allowed_hosts), which
+ * the cluster advertised: said in the log and the status (it is left out,
+ * and the flow goes on with the brokers it may reach).
+ */
+static void
+report_refused_host(FlowWorker *w)
+{
+	char		host[256];
+
+	if (kafka_take_refused_host(host, sizeof(host)))
+	{
+		char	   *msg = psprintf("broker %s is not in sdp.allowed_hosts: the flow's clients do not connect to it", host);
+
+		if (strcmp(host, refused_host) != 0)
+			ereport(LOG,
+					(errmsg("sdp flow \"%s\": %s", w->args.name, msg),
+					 errhint("A superuser may add the host to sdp.allowed_hosts, if the cluster's brokers are to be reached there.")));
+		strlcpy(refused_host, host, sizeof(refused_host));
+		/* the error, not a broker down: the others may serve the flow */
+		sdp_worker_set_broker(w, !kafka_source_is_down(w->kafka), msg);
+		pfree(msg);
+	}
+}
+
 /* Work that is due by the clock: progress reports, watermarks, partitions, broker probes. */
 static void
 periodic_work(FlowWorker *w, TimestampTz now)
@@ -719,6 +848,7 @@ periodic_work(FlowWorker *w, TimestampTz now)
 		sdp_worker_set_broker(w, !down, error);
 	else if (!down)
 		sdp_worker_set_broker(w, true, NULL);
+	report_refused_host(w);
 
 	/* the broker had deleted messages the flow had not read: say so, loudly */
 	if (kafka_source_take_reset(w->kafka, error, sizeof(error)) > 0)
@@ -815,12 +945,16 @@ ms_until(TimestampTz now, TimestampTz when)
 	return (long) ((when - now + 999) / 1000);
 }
 
-/* The flow's state in the slot: running, or retrying a batch (unless the launcher is stopping it). */
+/*
+ * The flow's state in the slot: starting, running, or retrying (unless the
+ * launcher is stopping it).
+ */
 static void
 worker_set_state(FlowWorker *w, SdpFlowState state, bool clear_error)
 {
 	SpinLockAcquire(&w->slot->mutex);
-	if (w->slot->state == SDP_FLOW_RUNNING || w->slot->state == SDP_FLOW_RETRYING)
+	if (w->slot->state == SDP_FLOW_STARTING || w->slot->state == SDP_FLOW_RUNNING ||
+		w->slot->state == SDP_FLOW_RETRYING)
 		w->slot->state = state;
 	if (clear_error)
 	{

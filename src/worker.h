@@ -124,6 +124,7 @@ typedef struct FlowWorker
 	bool		offsets_moved;	/* since the last checkpoint */
 	bool		checkpoint_deferred;	/* a due checkpoint left to the batch after one that emitted */
 	bool		state_mutated;	/* in a batch, the operator has changed state */
+	char	   *flow_fault;		/* in a batch, an error that fails the flow, not a message (check_ownership) */
 	SPIPlanPtr	checkpoint_watermark_plan;
 	uint64		config_generation;
 	bool		partitioned_state;	/* the catalog records keys' partitions (0.3 and later) */
@@ -144,6 +145,7 @@ typedef struct FlowWorker
 	KafkaRelay *relay;			/* of the rows this worker writes (its worker number's) */
 	List	   *orphan_relays;	/* KafkaRelay: of rows left by workers of an earlier, larger layout */
 	bool		outbox_tagged;	/* sdp.outbox has column worker (0.5) */
+	bool		outbox_skips;	/* sdp.outbox has column skipped_by (0.7) */
 	TupleDesc	emitted_desc;	/* a stateful sink flow: the operator's rows (blessed) */
 	int			sink_key_attno; /* ... and the sink_key column in them, 0: none */
 	bool		relay_pending;	/* the outbox may hold rows not produced */
@@ -170,6 +172,10 @@ typedef struct FlowWorker
 	TimestampTz next_broker_probe;
 	int64		fetcher_wakes;	/* how often it woke the fetcher */
 	bool		committed_once; /* a batch of this worker has committed */
+	/* waiting for a broker to answer (sdp_worker_wait_for_broker): since when, last logged, the state before */
+	TimestampTz broker_wait_since;
+	TimestampTz broker_wait_logged;
+	int			broker_wait_state;
 	int			error_backoff_ms;
 
 	/* skip requests (skip.c), sorted by partition and offset */
@@ -187,5 +193,7 @@ extern int64 sdp_unix_now_us(void);
 extern void sdp_worker_set_error(FlowWorker *w, const char *message);
 extern void sdp_worker_set_broker(FlowWorker *w, bool ok, const char *error);
 extern void sdp_worker_wait(FlowWorker *w, long timeout_ms);
+extern void sdp_worker_wait_for_broker(FlowWorker *w, const char *what, const char *error);
+extern void sdp_worker_broker_answered(FlowWorker *w);
 
 #endif							/* SDP_WORKER_H */

@@ -145,18 +145,20 @@ append_entity(StringInfo sql, AggDefinition *d)
 {
 	if (d->ngroup == 0)
 	{
-		appendStringInfoString(sql, "''::text");	/* one entity: the whole stream */
+		appendStringInfoString(sql, "''::pg_catalog.text");	/* one entity: the whole stream */
 		return;
 	}
 	if (d->ngroup == 1)
 	{
-		appendStringInfo(sql, "coalesce((r.%s)::text, '')", quote_identifier(d->group_by[0]));
+		appendStringInfo(sql, "coalesce((r.%s)::pg_catalog.text, '')", quote_identifier(d->group_by[0]));
 		return;
 	}
 	/* joined by '|': a '|' or '\' inside a value is escaped with '\', so two groups never share an entity */
-	appendStringInfoString(sql, "concat_ws('|'");
+	appendStringInfoString(sql, "pg_catalog.concat_ws('|'");
 	for (int g = 0; g < d->ngroup; g++)
-		appendStringInfo(sql, ", replace(replace(coalesce((r.%s)::text, ''), chr(92), chr(92) || chr(92)), '|', chr(92) || '|')",
+		appendStringInfo(sql, ", pg_catalog.replace(pg_catalog.replace(coalesce((r.%s)::pg_catalog.text, ''), "
+						 "pg_catalog.chr(92), pg_catalog.chr(92) OPERATOR(pg_catalog.||) pg_catalog.chr(92)), "
+						 "'|', pg_catalog.chr(92) OPERATOR(pg_catalog.||) '|')",
 						 quote_identifier(d->group_by[g]));
 	appendStringInfoChar(sql, ')');
 }
@@ -170,18 +172,19 @@ sdp_window_agg_fanout_sql(List *defs, const char *user_transform, TupleDesc rows
 {
 	StringInfoData sql;
 	ListCell   *lc;
-	const char *part = has_column(rows, "kafka_partition") ? "r.kafka_partition::int4" : "NULL::int4";
-	const char *off = has_column(rows, "kafka_offset") ? "r.kafka_offset::int8" : "NULL::int8";
+	const char *part = has_column(rows, "kafka_partition") ? "r.kafka_partition::pg_catalog.int4" : "NULL::pg_catalog.int4";
+	const char *off = has_column(rows, "kafka_offset") ? "r.kafka_offset::pg_catalog.int8" : "NULL::pg_catalog.int8";
 
 	initStringInfo(&sql);
 	appendStringInfo(&sql, "WITH r AS MATERIALIZED (%s)\n", user_transform ? user_transform : "SELECT * FROM input");
 	if (defs == NIL)
 	{
 		appendStringInfoString(&sql,
-							   "SELECT NULL::text AS sdp_key, NULL::text AS sdp_definition, NULL::text AS sdp_entity, "
-							   "NULL::timestamptz AS sdp_event_time, NULL::numeric AS sdp_value, NULL::text AS sdp_text, "
-							   "NULL::bool AS sdp_num, NULL::bool AS sdp_den, NULL::int4 AS sdp_partition, "
-							   "NULL::int8 AS sdp_offset FROM r WHERE false");
+							   "SELECT NULL::pg_catalog.text AS sdp_key, NULL::pg_catalog.text AS sdp_definition, "
+							   "NULL::pg_catalog.text AS sdp_entity, NULL::pg_catalog.timestamptz AS sdp_event_time, "
+							   "NULL::pg_catalog.numeric AS sdp_value, NULL::pg_catalog.text AS sdp_text, "
+							   "NULL::pg_catalog.bool AS sdp_num, NULL::pg_catalog.bool AS sdp_den, "
+							   "NULL::pg_catalog.int4 AS sdp_partition, NULL::pg_catalog.int8 AS sdp_offset FROM r WHERE false");
 		return sql.data;
 	}
 	foreach(lc, defs)
@@ -191,17 +194,17 @@ sdp_window_agg_fanout_sql(List *defs, const char *user_transform, TupleDesc rows
 
 		if (foreach_current_index(lc) > 0)
 			appendStringInfoString(&sql, "\nUNION ALL\n");
-		appendStringInfo(&sql, "SELECT %s || ':' || ", quote_literal_cstr(d->name));
+		appendStringInfo(&sql, "SELECT %s::pg_catalog.text OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) ", quote_literal_cstr(d->name));
 		append_entity(&sql, d);
-		appendStringInfo(&sql, " AS sdp_key, %s::text AS sdp_definition, ", quote_literal_cstr(d->name));
+		appendStringInfo(&sql, " AS sdp_key, %s::pg_catalog.text AS sdp_definition, ", quote_literal_cstr(d->name));
 		append_entity(&sql, d);
-		appendStringInfo(&sql, " AS sdp_entity, (r.%s)::timestamptz AS sdp_event_time, ", quote_identifier(event_time));
+		appendStringInfo(&sql, " AS sdp_entity, (r.%s)::pg_catalog.timestamptz AS sdp_event_time, ", quote_identifier(event_time));
 		if (d->op == AGG_SUM || d->op == AGG_AVG)
-			appendStringInfo(&sql, "(r.%s)::numeric AS sdp_value, NULL::text AS sdp_text, ", quote_identifier(d->value));
+			appendStringInfo(&sql, "(r.%s)::pg_catalog.numeric AS sdp_value, NULL::pg_catalog.text AS sdp_text, ", quote_identifier(d->value));
 		else if (d->op == AGG_APPROX_DISTINCT)
-			appendStringInfo(&sql, "NULL::numeric AS sdp_value, (r.%s)::text AS sdp_text, ", quote_identifier(d->value));
+			appendStringInfo(&sql, "NULL::pg_catalog.numeric AS sdp_value, (r.%s)::pg_catalog.text AS sdp_text, ", quote_identifier(d->value));
 		else
-			appendStringInfoString(&sql, "NULL::numeric AS sdp_value, NULL::text AS sdp_text, ");
+			appendStringInfoString(&sql, "NULL::pg_catalog.numeric AS sdp_value, NULL::pg_catalog.text AS sdp_text, ");
 		if (d->op == AGG_RATIO)
 			appendStringInfo(&sql, "((%s) IS TRUE) AS sdp_num, true AS sdp_den, ", d->filter);
 		else
@@ -975,7 +978,7 @@ window_agg_maintain(SdpOperatorContext *ctx)
 		return;
 	if (cfg->retention_plan == NULL)
 	{
-		cfg->retention_plan = SPI_prepare(psprintf("DELETE FROM %s WHERE window_end < $1", ctx->target_relname),
+		cfg->retention_plan = SPI_prepare(psprintf("DELETE FROM %s WHERE window_end OPERATOR(pg_catalog.<) $1", ctx->target_relname),
 										  1, types);
 		if (cfg->retention_plan == NULL)
 			elog(ERROR, "could not prepare the retention statement: %s", SPI_result_code_string(SPI_result));

@@ -7,8 +7,8 @@
 # transform drops it, so its workers run the transform per partition).  An
 # active_count flow keyed by the Kafka key runs in 2 workers; an operator
 # keyed by a constant is refused several workers.  A key that arrives on two partitions (of one worker, or of two)
-# has its later rows set aside at stage 'transform' with the reason, and its
-# state stays that of the first partition; sdp_flow_state shows every
+# fails the flow with the reason (issue 26: its results would be wrong), and
+# in one worker it resumes from its checkpoint; sdp_flow_state shows every
 # worker's keys.  What can be seen at declaration is refused: an aggregation
 # over the whole stream (no group_by) in a flow with several workers.
 use strict;
@@ -206,28 +206,32 @@ ok(SdpTest::wait_consumed($node, 'own_agg', 5), 'xk on partition 1, ok on partit
 is(SdpTest::query($node, "SELECT string_agg(DISTINCT key, ',') FROM sdp_flow_state('own_agg')"),
 	'n_1h:ok,n_1h:xk', 'sdp_flow_state shows the keys of both workers');
 
-# xk again, on partition 3 (the same worker as 1) and on partition 2 (the other worker)
+# xk again, on partition 3 (the same worker as 1) and on partition 2 (the
+# other worker): the flow's topic is not keyed by its operator's key, and
+# each worker would count a part of xk.  The flow fails instead, naming the
+# key, before anything of the batch commits.
 SdpKafka::kcat_produce(bootstrap => $broker->bootstrap, topic => 'owned', messages => [
 	[ 'xk', $ev->(4, '2026-01-01T10:00:04Z'), 3 ],
 	[ 'xk', $ev->(5, '2026-01-01T10:00:05Z'), 2 ],
 	[ 'ok', $ev->(3, '2026-01-01T10:00:03Z'), 2 ] ]);
-ok(SdpTest::wait_consumed($node, 'own_agg', 8), 'consumed');
-is(SdpTest::query($node, <<'SQL'), <<'EXP' =~ s/\n\z//r, 'both rows of xk from other partitions set aside at stage transform, with the reason');
-SELECT kafka_partition || ' ' || kafka_offset || ' ' || stage || ' ' || sqlstate || ' ' || error
-  FROM sdp.dead_letters WHERE flow = 'own_agg' ORDER BY kafka_partition
-SQL
-2 2 transform 22000 key "n_1h:xk" arrives on partitions 1 and 2: a stateful flow with workers > 1 needs its topic partitioned by the operator's key
-3 0 transform 22000 key "n_1h:xk" arrives on partitions 1 and 3: a stateful flow with workers > 1 needs its topic partitioned by the operator's key
-EXP
-is(SdpTest::query($node, "SELECT sum(rows_dead_lettered) FROM sdp.flow_workers WHERE flow = 'own_agg'"), '2', 'and counted');
+ok(SdpTest::wait_for($node, "SELECT state = 'failed' FROM sdp.flow_status WHERE flow = 'own_agg'"),
+	'xk on a second partition: the flow fails');
+like(SdpTest::query($node, "SELECT last_error FROM sdp.flow_status WHERE flow = 'own_agg'"),
+	qr/^key "n_1h:xk" of operator window_agg arrives on partitions 1 and [23], and a flow with 2 workers keeps the state of a key in the worker of its partition, so its results would be wrong; run the flow in one worker \(SELECT sdp_set_flow_workers\('own_agg', 1\)\)/,
+	'with the key, its partitions and what to do');
+is(SdpTest::query($node, "SELECT count(*) FROM sdp.dead_letters WHERE flow = 'own_agg'"), '0', 'nothing set aside');
+is(SdpTest::query($node, "SELECT count(*) FROM owned_windows"), '0', 'no window was emitted');
 
+# in one worker any partition may feed any key: it resumes from its checkpoint
+SdpTest::query($node, "SELECT sdp_set_flow_workers('own_agg', 1); SELECT sdp_start_flow('own_agg')");
+ok(SdpTest::wait_consumed($node, 'own_agg', 8), 'one worker: consumed');
 # close the hour: every partition moves to 13:00
 SdpKafka::kcat_produce(bootstrap => $broker->bootstrap, topic => 'owned', messages => [
 	map { [ "c$_", $ev->(0, '2026-01-01T13:00:00Z'), $_ ] } 0 .. 7 ]);
 ok(SdpTest::wait_for($node, "SELECT count(*) = 2 FROM owned_windows"), 'the windows of hour 10 are emitted');
 is(SdpTest::query($node, "SELECT string_agg(emission_id || '=' || value, ' ' ORDER BY emission_id) FROM owned_windows"),
-	'n_1h/ok/2026-01-01T10:00:00Z=3 n_1h/xk/2026-01-01T10:00:00Z=3',
-	'xk counts the rows of partition 1 only, ok all of its own');
+	'n_1h/ok/2026-01-01T10:00:00Z=3 n_1h/xk/2026-01-01T10:00:00Z=5',
+	'every row of xk and of ok counted once');
 
 # A key checkpointed before 0.3 has no partition: only one worker may hold it.
 SdpTest::query($node, "SELECT sdp_stop_flow('pay_active')");

@@ -73,6 +73,7 @@ my %added = (
 	'0.4' => { symbol => 'sdp_partition_for_key', args => '(text, int, text)' },
 	'0.5' => { symbol => 'sdp_sink_relays', args => '()' },
 	'0.6' => { symbol => 'sdp_library_version', args => '()' },
+	'0.7' => { symbol => 'sdp_skip_outbox_row', args => '(text, bigint)' },
 );
 # From 0.4 on a third flow writes to a Kafka sink across the upgrade.
 my $with_sink = $old_version ge '0.4';
@@ -212,6 +213,16 @@ if ($new_version ge '0.6')
 		'0', '0.6: sdp.outbox has no foreign key');
 	is(SdpTest::query($node, "SELECT sdp_library_version() = extversion FROM pg_extension WHERE extname = 'sdp_ext'"),
 		't', '0.6: sdp_library_version() is the version the catalogs were updated to');
+}
+if ($new_version ge '0.7')
+{
+	# 0.7: outbox rows a sink flow's owner may skip; the flows declared before keep their owner's search_path
+	is(SdpTest::query($node, "SELECT count(*) FROM pg_attribute WHERE attrelid = 'sdp.outbox'::regclass AND attname = 'skipped_by'"),
+		'1', '0.7: sdp.outbox has skipped_by');
+	my ($ret, $out, $err) = $node->psql('postgres', "SELECT sdp_skip_outbox_row('events_flow', 1)");
+	like($err, qr/flow "events_flow" has no outbox row 1/, '0.7: sdp_skip_outbox_row refuses a row the outbox does not hold');
+	is(SdpTest::query($node, "SELECT count(*) FROM sdp.flows WHERE options ? 'search_path'"), '0',
+		'0.7: the flows declared before have no search_path of their own');
 }
 my $producer2 = SdpKafka::start_flightsim(
 	bootstrap => $broker->bootstrap, topic => 'raw-flights',
