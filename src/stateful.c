@@ -26,8 +26,9 @@
  * offsets: a worker restores the keys of its own partitions only, so a
  * partition and its state move together when the flow's workers change.
  * With workers > 1 a key must arrive on one partition only: a row of a key
- * that another partition owns (in this worker, or in another worker of the
- * flow while that worker holds the key) fails the flow (check_ownership),
+ * that another partition owns (in this worker, in another worker of the
+ * flow while that worker holds the key, or in the checkpoint of a worker
+ * that has not restored it yet) fails the flow (check_ownership),
  * before the operator sees the batch: a flow whose topic is not keyed by
  * its operator's key never goes on with results that are wrong.  With one worker any partition
  * may feed any key, as before; the first one is recorded.
@@ -279,6 +280,47 @@ ownership_error(FlowWorker *w, const char *key, int32 owner, int32 partition)
 }
 
 /*
+ * The claims (key, partition) of keys that no live store holds, against
+ * the partitions sdp.state_checkpoints records for them: one lookup by the
+ * primary key for the batch's new keys.
+ */
+static void
+check_checkpointed_owners(FlowWorker *w, HTAB *claims, List *unheld)
+{
+	SdpCatalogScope scope;
+	Oid			argtypes[2] = {INT8OID, TEXTARRAYOID};
+	Datum		values[2];
+	Datum	   *keys = palloc(sizeof(Datum) * list_length(unheld));
+	int			nkeys = 0;
+	ListCell   *lc;
+
+	foreach(lc, unheld)
+		keys[nkeys++] = CStringGetTextDatum((char *) lfirst(lc));
+	values[0] = Int64GetDatum(w->args.flow_id);
+	values[1] = PointerGetDatum(construct_array(keys, nkeys, TEXTOID, -1, false, TYPALIGN_INT));
+	sdp_catalog_enter(&scope);
+	if (SPI_execute_with_args("SELECT key, partition FROM sdp.state_checkpoints "
+							  " WHERE flow_id = $1 AND key = ANY ($2) AND partition IS NOT NULL",
+							  2, argtypes, values, NULL, true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not read the state checkpoint");
+	sdp_catalog_leave(&scope);
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		bool		isnull;
+		char		buf[SDP_STATE_KEY_MAX];
+		char	   *claim;
+		int32		theirs = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2, &isnull));
+
+		memset(buf, 0, sizeof(buf));
+		strlcpy(buf, SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1), sizeof(buf));
+		if ((claim = hash_search(claims, buf, HASH_FIND, NULL)) != NULL &&
+			*(int32 *) (claim + SDP_STATE_KEY_MAX) != theirs)
+			ownership_error(w, buf, theirs, *(int32 *) (claim + SDP_STATE_KEY_MAX));
+	}
+	SPI_freetuptable(SPI_tuptable);
+}
+
+/*
  * With workers > 1, every row's key must be owned by the row's partition:
  * the partition that created the key's state, in this worker or in
  * another of the flow's, or the first of this batch's rows of the key.  A
@@ -293,6 +335,7 @@ check_ownership(FlowWorker *w, HeapTuple *rows, const int32 *partitions, int n)
 	HTAB	   *claims;
 	HASH_SEQ_STATUS seq;
 	char	   *claim;
+	List	   *unheld = NIL;
 
 	memset(&ctl, 0, sizeof(ctl));
 	ctl.keysize = SDP_STATE_KEY_MAX;
@@ -339,7 +382,17 @@ check_ownership(FlowWorker *w, HeapTuple *rows, const int32 *partitions, int n)
 			ownership_error(w, buf, owner, partitions[i]);
 		entry = hash_search(claims, buf, HASH_ENTER, NULL);
 		*(int32 *) (entry + SDP_STATE_KEY_MAX) = partitions[i];
+		if (!found)
+			unheld = lappend(unheld, entry);
 	}
+
+	/*
+	 * Keys no store holds may still be another partition's: checkpointed by
+	 * a worker that has not restored yet (the workers start one by one) or
+	 * is restarting.  The checkpoint says whose they are.
+	 */
+	if (unheld != NIL)
+		check_checkpointed_owners(w, claims, unheld);
 
 	hash_seq_init(&seq, claims);
 	while ((claim = hash_seq_search(&seq)) != NULL)
