@@ -62,6 +62,11 @@ struct KafkaSource
 	int			nlogs;
 	int			nresets;		/* offsets reset since last taken: messages the broker no longer had */
 	char		reset_line[256];
+	/* a reset to a logical offset (BEGINNING): said once reading goes on */
+	bool		reset_pending;
+	int32		reset_partition;
+	int64		reset_gone;
+	int			reset_prefix_len;	/* of "TOPIC [P" in reset_line */
 	int			log_level[KAFKA_LOG_RING];
 	char		log_line[KAFKA_LOG_RING][256];
 };
@@ -155,22 +160,29 @@ on_kafka_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
  * offset N, broker B) to ... offset M: REASON", in our words: "TOPIC [P]:
  * offset N was gone, reading went on at offset M".  Its wording changes
  * between librdkafka releases (2.1 added "(leader epoch E)" after each
- * offset, and "offset " twice before M); a line not read as expected is
+ * offset, and "offset " twice before M; later releases name the logical
+ * offset, "to offset BEGINNING", and M is known only from the first
+ * message read after it: reset_resolve); a line not read as expected is
  * kept whole.  No allocation: called from the log callback.
  */
 static void
-reset_words(const char *text, char *out, size_t len)
+reset_words(KafkaSource *ks, const char *text)
 {
 	static const char at[] = "]: offset reset (at ";
 	const char *mark = strstr(text, at);
 	const char *to = mark ? strstr(mark, ") to ") : NULL;
+	const char *open = NULL;
 	const char *p;
 	char	   *end;
 	long long	gone,
 				next;
 
+	ks->reset_pending = false;
 	if (to == NULL)
 		goto verbatim;
+	for (p = text; p < mark; p++)
+		if (*p == '[')
+			open = p;			/* the last '[' before "]: offset reset" */
 	p = mark + strlen(at);
 	if (strncmp(p, "offset ", 7) == 0)
 		p += 7;
@@ -182,14 +194,41 @@ reset_words(const char *text, char *out, size_t len)
 		if (isdigit((unsigned char) p[7]))
 			break;
 	if (p == NULL)
-		goto verbatim;
+	{
+		/* a logical offset: where reading goes on is the next message of the partition */
+		if (open == NULL || !isdigit((unsigned char) open[1]))
+			goto verbatim;
+		ks->reset_partition = (int32) strtol(open + 1, NULL, 10);
+		ks->reset_gone = gone;
+		ks->reset_prefix_len = (int) (mark - text);
+		strlcpy(ks->reset_line, text, Min(sizeof(ks->reset_line), (size_t) ks->reset_prefix_len + 1));
+		ks->reset_pending = true;
+		return;
+	}
 	next = strtoll(p + 7, &end, 10);
-	snprintf(out, len, "%.*s]: offset %lld was gone, reading went on at offset %lld",
+	snprintf(ks->reset_line, sizeof(ks->reset_line), "%.*s]: offset %lld was gone, reading went on at offset %lld",
 			 (int) (mark - text), text, gone, next);
+	ks->nresets++;
 	return;
 
 verbatim:
-	strlcpy(out, text, len);
+	strlcpy(ks->reset_line, text, sizeof(ks->reset_line));
+	ks->nresets++;
+}
+
+/* The first message (or end) of the partition reset to a logical offset: where reading went on. */
+static void
+reset_resolve(KafkaSource *ks, const rd_kafka_message_t *m)
+{
+	char		prefix[256];
+
+	if (!ks->reset_pending || m->partition != ks->reset_partition)
+		return;
+	strlcpy(prefix, ks->reset_line, sizeof(prefix));
+	snprintf(ks->reset_line, sizeof(ks->reset_line), "%s]: offset %lld was gone, reading went on at offset %lld",
+			 prefix, (long long) ks->reset_gone, (long long) m->offset);
+	ks->reset_pending = false;
+	ks->nresets++;
 }
 
 /* librdkafka log callback, served from the log queue on our thread: records only. */
@@ -213,8 +252,7 @@ on_kafka_log(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
 
 		if (strncmp(text, "[thrd:", 6) == 0 && strstr(text, "]: ") != NULL)
 			text = strstr(text, "]: ") + 3;	/* drop librdkafka's thread name */
-		reset_words(text, ks->reset_line, sizeof(ks->reset_line));
-		ks->nresets++;
+		reset_words(ks, text);
 	}
 	if (level > 4)				/* keep warnings and worse */
 		return;
@@ -582,6 +620,10 @@ kafka_source_offset_for_time(KafkaSource *ks, int32 partition, int64 ts_ms, int6
 		return false;
 	if (last == hi)
 		return true;
+	ereport(LOG,
+			(errmsg("the broker of topic \"%s\" found no offset by time in partition %d, but its last message is that recent: reading offsets %lld to %lld",
+					ks->topic, partition, (long long) lo, (long long) hi),
+			 errdetail("A broker that cannot look up offsets by time (librdkafka's mock cluster) answers that there is none.")));
 	return scan_for_time(ks, partition, lo, hi, ts_ms, timeout_ms * 10, offset, error);
 }
 
@@ -653,6 +695,7 @@ kafka_source_poll(KafkaSource *ks, rd_kafka_message_t **msgs, int max, size_t *b
 
 		if (m == NULL)
 			break;
+		reset_resolve(ks, m);
 		if (m->err)
 		{
 			if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
