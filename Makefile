@@ -43,7 +43,7 @@ SHLIB_LINK += $(RDKAFKA_LIBS) -lrdkafka -lm
 
 # Tools: plain programs beside the extension (embedded broker, event
 # generators, dashboard), built by "make tools" with libraries of their own.
-KAFKA_TOOLS = tools/sdp_broker tools/flight_sim tools/payment_sim tools/kafka_floor
+KAFKA_TOOLS = tools/sdp_broker tools/flight_sim tools/payment_sim tools/kafka_floor tools/kafka_admin
 TOOLS = $(KAFKA_TOOLS) tools/sdp_dashboard
 TOOL_CFLAGS = -O2 -g -Wall -Wextra -Wno-unused-parameter $(if $(filter true,$(CI)),-Werror)
 EXTRA_CLEAN = $(TOOLS) tmp_check_regress results regression.diffs regression.out

@@ -5,7 +5,8 @@
 SDP_PG_VERSION=15
 SDP_PG_BIN=${SDP_PG_BIN:-/usr/lib/postgresql/$SDP_PG_VERSION/bin}
 SDP_PACKAGES=(gcc make postgresql-$SDP_PG_VERSION postgresql-server-dev-$SDP_PG_VERSION
-              librdkafka-dev libjansson-dev kcat libipc-run-perl libpq-dev libmicrohttpd-dev)
+              librdkafka-dev libjansson-dev kcat libipc-run-perl libpq-dev libmicrohttpd-dev
+              openssl python3)
 
 sdp_log() { printf '==> %s\n' "$*" >&2; }
 
@@ -42,12 +43,14 @@ sdp_build_tools() {
   make -s -j2 CI="${CI:-}" tools >/dev/null
 }
 
-# sdp_build_install_ext DIR PG_CONFIG: build sdp_ext in DIR (a copy of the
-# tree) against the PostgreSQL that PG_CONFIG names, and install it there.
+# sdp_build_install_ext DIR PG_CONFIG [MAKE_VAR=...]: build sdp_ext in DIR (a
+# copy of the tree) against the PostgreSQL that PG_CONFIG names (and the
+# make variables given, e.g. RDKAFKA_PREFIX=...), and install it there.
 sdp_build_install_ext() {
   local dir=$1 pgc=$2
-  sdp_as_root make -s -C "$dir" -j2 CI="${CI:-}" PG_CONFIG="$pgc" >/dev/null || return 1
-  sdp_as_root make -s -C "$dir" install PG_CONFIG="$pgc" >/dev/null
+  shift 2
+  sdp_as_root make -s -C "$dir" -j2 CI="${CI:-}" PG_CONFIG="$pgc" "$@" >/dev/null || return 1
+  sdp_as_root make -s -C "$dir" install PG_CONFIG="$pgc" "$@" >/dev/null
 }
 
 # A copy of the source tree in a fresh directory owned by the postgres OS

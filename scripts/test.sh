@@ -2,19 +2,32 @@
 # scripts/test.sh: the whole test suite of sdp_ext, from a fresh Debian 12 machine.
 #
 # Installs what is missing (apt-get), builds the tools, then runs the suite
-# twice, each time with the extension built against and installed into:
-#   packaged   Debian's PostgreSQL 15 (the server users run);
+# in passes, each with the extension built against and installed into:
+#   packaged   Debian's PostgreSQL 15 (the server users run), against the
+#              embedded broker (tools/sdp_broker, librdkafka's mock cluster);
 #   cassert    PostgreSQL 15 from Debian's source package built with
 #              --enable-cassert --enable-debug (scripts/cassert.sh; built once
 #              per machine and cached), where freed memory is overwritten and
-#              assertions are checked.
+#              assertions are checked; the embedded broker;
+#   kafka      Debian's PostgreSQL 15 again, against Apache Kafka itself
+#              (scripts/kafka.sh: a KRaft broker per test file, fetched from
+#              Maven Central once per machine), with the extension and the
+#              tools built against a current librdkafka (scripts/librdkafka.sh,
+#              from Debian's source package: Debian 12's 2.0.2 cannot
+#              authenticate with SCRAM to Kafka 4).  A test that needs the
+#              embedded broker's fault injection says so and is skipped; the
+#              tests of Apache Kafka's semantics (test/t/1*) run here only.
+#              Not in the default passes yet: on two cores it takes about 45
+#              minutes, and test/t/030_window_agg fails against it (README,
+#              Limitations: a partition idle before a burst).
 # Each pass runs, as the postgres OS user in a scratch copy of the tree:
 #   pg_regress  sql/*.sql against expected/*.out, in a temporary instance
-#               with sdp_ext preloaded (nothing else running is touched);
-#   TAP         test/t/*.pl with PostgreSQL::Test::Cluster and the embedded
-#               Kafka broker (tools/sdp_broker).
+#               with sdp_ext preloaded (nothing else running is touched;
+#               not in the kafka pass, which has the packaged server's);
+#   TAP         test/t/*.pl with PostgreSQL::Test::Cluster and the broker.
 #
-#   SDP_SERVERS="packaged"   run on one server only (default: "packaged cassert")
+#   SDP_SERVERS="packaged"   run these passes only (default: "packaged cassert";
+#                            "kafka" adds the Apache Kafka pass)
 #   SDP_TESTS="test/t/010_append_exactly_once.pl"   only these TAP files
 #   SDP_REGRESS=0            skip pg_regress
 #   SDP_TEST_JOBS=2          TAP files run at once (prove -j; default 2: each
@@ -67,12 +80,17 @@ extract_prev_version() {
   sdp_log "previous version $(control_version "$prev") ($("${git[@]}" rev-parse --short "$prev")) in $work/prev_version"
 }
 
-# run_suite LABEL PG_BINDIR: build and install sdp_ext for that server, run the suite.
+# run_suite LABEL PG_BINDIR [RDKAFKA_PREFIX KAFKA]: build and install sdp_ext
+# for that server (against the librdkafka in RDKAFKA_PREFIX, tools included,
+# when given), run the suite (against the broker KAFKA: embedded or apache).
 run_suite() {
-  local label=$1 bin=$2 work start r_pass=0 r_fail=0 t_pass t_fail broken
+  local label=$1 bin=$2 rdkafka=${3:-} kafka=${4:-embedded} work start r_pass=0 r_fail=0 t_pass t_fail broken
+  local rdk=()
   work=$(sdp_postgres_workdir)
-  sdp_log "[$label] building sdp_ext against $bin/pg_config, tests in $work"
-  if ! sdp_build_install_ext "$work" "$bin/pg_config"; then
+  sdp_log "[$label] building sdp_ext against $bin/pg_config${rdkafka:+ and librdkafka in $rdkafka}, tests in $work (broker: $kafka)"
+  [ -n "$rdkafka" ] && rdk=(RDKAFKA_PREFIX="$rdkafka")
+  if ! sdp_build_install_ext "$work" "$bin/pg_config" "${rdk[@]}" ||
+     { [ -n "$rdkafka" ] && ! sdp_as_root make -s -B -C "$work" -j2 CI="${CI:-}" "${rdk[@]}" tools >/dev/null; }; then
     summary+=("$label: build failed")
     total_fail=$((total_fail + 1))
     return
@@ -82,7 +100,7 @@ run_suite() {
   start=$(date +%s)
 
   local regress_log=$work/regress.log tap_log=$work/tap.log
-  if [ "${SDP_REGRESS:-1}" != 0 ]; then
+  if [ "${SDP_REGRESS:-1}" != 0 ] && [ "$kafka" = embedded ]; then
     sdp_as_postgres make -C "$work" -s regresscheck PG_CONFIG="$bin/pg_config" 2>&1 | tee "$regress_log"
     [ -f "$work/regression.diffs" ] && cat "$work/regression.diffs"
     # pg_regress (PostgreSQL 15) prints one "test NAME ... ok|FAILED" line per test.
@@ -95,8 +113,10 @@ run_suite() {
 
   local prove_tests=()
   [ -n "${SDP_TESTS:-}" ] && prove_tests=(PROVE_TESTS="$SDP_TESTS")
-  sdp_as_postgres make -C "$work" -s tapcheck PG_CONFIG="$bin/pg_config" "${prove_tests[@]}" \
+  sdp_as_postgres env SDP_KAFKA="$kafka" make -C "$work" -s tapcheck PG_CONFIG="$bin/pg_config" "${prove_tests[@]}" \
       PROVE_FLAGS="-j${SDP_TEST_JOBS:-2} -I test/perl --verbose --merge" 2>&1 | tee "$tap_log"
+  # a test killed outright leaves its Apache Kafka broker (its own session) behind
+  [ "$kafka" = apache ] && pkill -u postgres -f 'kafka\.Kafka .*/sdp_kafka_' 2>/dev/null
   # TAP: one line per assertion at the top level of each test file; a file that
   # died or misplanned counts once more unless it already reported a failure
   # (prove says NOTESTS when every file skipped).
@@ -123,6 +143,18 @@ for s in $servers; do
       else
         summary+=("cassert: the assert-enabled server could not be built")
         total_fail=$((total_fail + 1))
+      fi ;;
+    kafka)
+      command -v java >/dev/null || sdp_install_packages openjdk-17-jre-headless
+      command -v mvn >/dev/null || sdp_install_packages maven
+      if ! sdp_as_root bash scripts/kafka.sh fetch >/dev/null; then
+        summary+=("kafka: Apache Kafka could not be fetched")
+        total_fail=$((total_fail + 1))
+      elif ! rdkafka=$(bash scripts/librdkafka.sh); then
+        summary+=("kafka: librdkafka could not be built")
+        total_fail=$((total_fail + 1))
+      else
+        run_suite kafka "$SDP_PG_BIN" "$rdkafka" apache
       fi ;;
     *) sdp_log "unknown server '$s' in SDP_SERVERS"; total_fail=$((total_fail + 1)) ;;
   esac

@@ -147,7 +147,7 @@ sub _tool ($name)
 sub _work_dir ($dir)
 {
 	return $dir if defined $dir;
-	$default_dir //= tempdir('sdp_kafka_XXXXXX', TMPDIR => 1, CLEANUP => 1);
+	$default_dir //= tempdir('sdp_kafka_XXXXXX', TMPDIR => 1, CLEANUP => !$ENV{SDP_KAFKA_KEEP});
 	return $default_dir;
 }
 
@@ -229,8 +229,28 @@ for my $sig (qw(INT TERM HUP))
 # The broker
 # ---------------------------------------------------------------------------
 
+# Which broker start_broker starts: the embedded one (librdkafka's mock
+# cluster, tools/sdp_broker) or Apache Kafka (scripts/kafka.sh), by
+# SDP_KAFKA=embedded|apache.
+sub kind { return $ENV{SDP_KAFKA} // 'embedded' }
+
+# A test (or a part of one) that needs what only one broker has: the
+# embedded broker's fault injection and its quirks, or Apache Kafka's
+# semantics.  Skips the whole file, with the reason, on the other broker.
+sub needs_embedded ($why)
+{
+	Test::More::plan(skip_all => "needs the embedded broker: $why") if kind() eq 'apache';
+}
+
+sub needs_apache ($why)
+{
+	Test::More::plan(skip_all => "runs against Apache Kafka (SDP_KAFKA=apache, scripts/test.sh's kafka pass): $why")
+	  unless kind() eq 'apache';
+}
+
 sub start_broker (%args)
 {
+	return start_apache(%args) if kind() eq 'apache';
 	my $dir = _work_dir($args{dir});
 	my $topics = $args{topics} // {};
 	my $brokers = $args{brokers} // 1;
@@ -363,6 +383,140 @@ package SdpKafka::Broker
 }
 
 # ---------------------------------------------------------------------------
+# Apache Kafka
+# ---------------------------------------------------------------------------
+
+# A single-node Apache Kafka broker (scripts/kafka.sh) with the topics
+# (created, replication factor 1: auto-creation is off).  brokers > 1 is the
+# embedded broker's.
+sub start_apache (%args)
+{
+	croak "Apache Kafka runs one broker here, not $args{brokers}" if ($args{brokers} // 1) > 1;
+	my $dir = _work_dir($args{dir});
+	my $n = ++$broker_serial;
+	my $self = bless { dir => "$dir/kafka-$n", owner => $$ }, 'SdpKafka::Apache';
+	mkdir $self->{dir} or croak "cannot create $self->{dir}: $!";
+	$self->_start;
+	$self->create_topic($_, $args{topics}{$_}) for sort keys %{ $args{topics} // {} };
+	return $self;
+}
+
+package SdpKafka::Apache
+{
+	use Carp qw(croak);
+	use Time::HiRes qw(sleep);
+
+	sub _script ($self, @args)
+	{
+		my ($out, $err) = ('', '');
+		IPC::Run::run([ 'bash', 'scripts/kafka.sh', @args, $self->{dir} ], '<', \undef, '>', \$out, '2>', \$err)
+		  or croak "scripts/kafka.sh @args failed:\n$err";
+		return $out;
+	}
+
+	sub _start ($self)
+	{
+		my $out = $self->_script('start');
+		my %env = $out =~ /^(KAFKA_\w+)=(.*)$/mg;
+		$self->{env} = \%env;
+		$self->{running} = 1;
+		return;
+	}
+
+	sub bootstrap ($self) { return $self->{env}{KAFKA_PLAINTEXT} }
+	sub sasl_ssl_bootstrap ($self) { return $self->{env}{KAFKA_SASL_SSL} }
+	sub ssl_bootstrap ($self) { return $self->{env}{KAFKA_SSL} }
+	sub ca_file ($self) { return $self->{env}{KAFKA_CA} }
+	sub other_ca_file ($self) { return $self->{env}{KAFKA_OTHER_CA} }
+	sub user ($self) { return $self->{env}{KAFKA_USER} }
+	sub password ($self) { return $self->{env}{KAFKA_PASSWORD} }
+	sub pid ($self) { return $self->{env}{KAFKA_PID} }
+	sub log ($self) { return SdpKafka::_slurp($self->{env}{KAFKA_LOG}) }
+	sub kind ($self) { return 'apache' }
+
+	sub admin ($self, @args)
+	{
+		my ($out, $err) = ('', '');
+		IPC::Run::run([ SdpKafka::_tool('kafka_admin'), '--bootstrap', $self->bootstrap, @args ],
+			'<', \undef, '>', \$out, '2>', \$err)
+		  or croak "kafka_admin @args failed:\n$err";
+		return $out;
+	}
+
+	# create_topic(NAME, PARTITIONS, config => value, ...): topic configs such as retention.ms
+	sub create_topic ($self, $name, $partitions, %config)
+	{
+		return $self->admin('create', $name, $partitions, map { "$_=$config{$_}" } sort keys %config);
+	}
+	sub add_partitions ($self, $name, $count) { return $self->admin('partitions', $name, $count) }
+	sub delete_topic ($self, $name) { return $self->admin('delete', $name) }
+	sub set_config ($self, $name, %config) { return $self->admin('config', $name, map { "$_=$config{$_}" } sort keys %config) }
+	# delete_records(TOPIC, PARTITION, OFFSET): the messages before OFFSET are
+	# gone, as when retention deletes a segment (the log start offset moves)
+	sub delete_records ($self, $name, $partition, $offset) { return $self->admin('truncate', $name, $partition, $offset) }
+
+	# A crash (SIGKILL) and a restart on the same ports and data: the real
+	# broker's "down" and "up" (clients see their connections reset, then
+	# refused, as with the embedded broker's).  The broker has one id.
+	sub down ($self, $id = 'all')
+	{
+		$self->_script('kill');
+		$self->{running} = 0;
+		return 1;
+	}
+
+	sub up ($self, $id = 'all')
+	{
+		$self->_start unless $self->{running};
+		return 1;
+	}
+
+	# { codec => record batches } of a partition as the broker stored it
+	sub batch_codecs ($self, $topic, $partition)
+	{
+		my ($out, $err) = ('', '');
+		IPC::Run::run([ 'bash', 'scripts/kafka.sh', 'codecs', $self->{dir}, $topic, $partition ],
+			'<', \undef, '>', \$out, '2>', \$err)
+		  or croak "scripts/kafka.sh codecs failed:\n$err";
+		return { map { (split ' ')[1] => (split ' ')[0] } split /\n/, $out };
+	}
+
+	sub pause ($self) { $self->_script('pause'); return 1 }
+	sub resume ($self) { $self->_script('resume'); return 1 }
+
+	# The embedded broker's commands that mean something here.
+	sub control ($self, $cmd)
+	{
+		my @w = split ' ', $cmd;
+		return $self->create_topic($w[1], $w[2]) if $w[0] eq 'topic' && @w == 3;
+		return $self->down if $w[0] eq 'down';
+		return $self->up if $w[0] eq 'up';
+		croak "\"$cmd\" is a command of the embedded broker only (SdpKafka::needs_embedded)";
+	}
+
+	sub signal ($self, $sig)
+	{
+		return $self->down if $sig eq 'USR1';
+		return $self->up if $sig eq 'USR2';
+		croak "SIG$sig is the embedded broker's";
+	}
+
+	sub stop ($self)
+	{
+		$self->_script('stop') if $self->{running};
+		$self->{running} = 0;
+		return 0;
+	}
+
+	sub DESTROY ($self)
+	{
+		return unless $self->{owner} && $self->{owner} == $$ && $self->{running};
+		local ($?, $@);
+		eval { $self->_script('stop') };
+	}
+}
+
+# ---------------------------------------------------------------------------
 # The flight simulator
 # ---------------------------------------------------------------------------
 
@@ -370,9 +524,16 @@ sub _flightsim_command (%args)
 {
 	croak "bootstrap and topic are required"
 	  unless defined $args{bootstrap} && defined $args{topic};
+	my @args = @{ $args{args} // [] };
+	# Apache Kafka answers each produce request in turn on a connection: a
+	# request per message (linger.ms 0, what the embedded broker's tests
+	# want) backs up for tens of seconds on a busy two-core machine.  Batch
+	# for 5 ms, as producers do (librdkafka's own default).
+	unshift @args, '--linger-ms', '5'
+	  if kind() eq 'apache' && !grep { $_ eq '--linger-ms' } @args;
 	return [
 		_tool($args{tool} // 'flight_sim'), '--bootstrap', $args{bootstrap},
-		'--topic', $args{topic}, @{ $args{args} // [] }
+		'--topic', $args{topic}, @args
 	];
 }
 
@@ -499,6 +660,8 @@ sub _kcat_consume_command (%args)
 		'-X', 'fetch.wait.max.ms=20',
 		# come back within half a second of a broker outage
 		'-X', 'reconnect.backoff.max.ms=500',
+		# as a sink's consumers read it (an aborted Kafka transaction is invisible)
+		(($args{properties} // {})->{'isolation.level'} ? () : ('-X', 'isolation.level=read_committed')),
 		_kcat_properties($args{properties}));
 	push @cmd, '-e' unless $args{wait};
 	push @cmd, '-E' if $args{keep_going};
