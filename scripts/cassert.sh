@@ -23,7 +23,17 @@ fi
 
 sdp_log "building an assert-enabled PostgreSQL 15 into $prefix (once per machine)"
 # Debian's source packages: a deb-src entry for bookworm's main archive.
-if ! grep -rqs '^Types: deb-src' /etc/apt/sources.list.d/ && ! grep -qs '^deb-src' /etc/apt/sources.list; then
+# a deb-src entry for bookworm itself (scripts/librdkafka.sh adds one for sid only)
+bookworm_src() {
+  grep -qs '^deb-src .* bookworm ' /etc/apt/sources.list && return 0
+  for f in /etc/apt/sources.list.d/*.sources; do
+    [ -f "$f" ] || continue
+    # deb822: a paragraph with Types: deb-src and Suites: bookworm
+    awk -v RS= '/Types:[^\n]*deb-src/ && /Suites:[^\n]*bookworm( |\n|$)/ { found = 1 } END { exit !found }' "$f" && return 0
+  done
+  return 1
+}
+if ! bookworm_src; then
   sdp_as_root tee /etc/apt/sources.list.d/sdp-ext-src.sources >/dev/null <<'SRC'
 Types: deb-src
 URIs: http://deb.debian.org/debian
