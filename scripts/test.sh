@@ -18,8 +18,7 @@
 #              embedded broker's fault injection says so and is skipped; the
 #              tests of Apache Kafka's semantics (test/t/1*) run here only.
 #              Not in the default passes yet: on two cores it takes about 45
-#              minutes, and test/t/030_window_agg fails against it (README,
-#              Limitations: a partition idle before a burst).
+#              minutes.
 # Each pass runs, as the postgres OS user in a scratch copy of the tree:
 #   pg_regress  sql/*.sql against expected/*.out, in a temporary instance
 #               with sdp_ext preloaded (nothing else running is touched;

@@ -430,12 +430,26 @@ ensure_partition_slots(FlowWorker *w, int32 partition)
 	w->nwm = n;
 }
 
-/* The highest event time and the read position per partition, from every decoded message of the batch. */
+/*
+ * The highest event time and the read position per partition, from every
+ * decoded message of the batch.
+ *
+ * A partition that had been idle (or had no data yet) and has data again
+ * is a stream that resumes: its other partitions are likely to resume
+ * too, but their data may come later (Apache Kafka hands a consumer a
+ * whole fetch of one partition, thousands of messages, before the next
+ * partition's).  So each partition that is idle then holds the watermark
+ * back again for idle_timeout, or until its own data comes, as at the
+ * flow's start; without it the watermark moved with the first partitions
+ * of a burst and made the others' first events late.
+ */
 static void
 observe_event_times(FlowWorker *w, Batch *b, TimestampTz now)
 {
 	int			pcol = w->schema->ncolumns + SDP_META_PARTITION + 1;
 	int			ocol = w->schema->ncolumns + SDP_META_OFFSET + 1;
+	int64		idle = w->opctx->idle_timeout_us;
+	bool		resumed = false;
 
 	if (w->event_time_index < 0 || b == NULL)
 		return;
@@ -452,12 +466,24 @@ observe_event_times(FlowWorker *w, Batch *b, TimestampTz now)
 		if (pnull || p < 0)
 			continue;
 		ensure_partition_slots(w, p);
+		if (w->wm_last[p] == 0 || w->wm_max[p] == DT_NOBEGIN || now - w->wm_last[p] >= idle)
+			resumed = true;		/* its first data, or its first after idle_timeout */
 		w->wm_last[p] = now;
 		w->wm_last_data = now;
 		if (!onull && o + 1 > w->wm_pos[p])
 			w->wm_pos[p] = o + 1;
 		if (!tnull && t > w->wm_max[p] && sdp_event_time_usable(t))
 			w->wm_max[p] = t;
+	}
+	if (!resumed)
+		return;
+	for (int i = 0; i < w->npartitions; i++)
+	{
+		int32		q = w->partitions[i];
+
+		ensure_partition_slots(w, q);
+		if (w->wm_last[q] != 0 && now - w->wm_last[q] >= idle)
+			w->wm_last[q] = now;
 	}
 }
 
