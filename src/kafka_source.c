@@ -148,7 +148,9 @@ on_kafka_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
 {
 	KafkaSource *ks = opaque;
 
-	snprintf(ks->error, sizeof(ks->error), "%s: %s", rd_kafka_err2name(err), reason);
+	/* "1/1 brokers are down" follows the reason they are (authentication, TLS): keep that */
+	if (!(err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN && ks->error_pending))
+		snprintf(ks->error, sizeof(ks->error), "%s: %s", rd_kafka_err2name(err), reason);
 	ks->error_pending = true;
 	if (err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN || err == RD_KAFKA_RESP_ERR__TRANSPORT ||
 		err == RD_KAFKA_RESP_ERR__RESOLVE)
@@ -358,6 +360,39 @@ kafka_source_event_fd(KafkaSource *ks)
 }
 
 /*
+ * Serve librdkafka's pending events (its error and log callbacks record
+ * them) while the consumer has no partition assigned: no message can be
+ * taken, and so none lost.
+ */
+static void
+serve_unassigned(KafkaSource *ks)
+{
+	rd_kafka_topic_partition_list_t *assigned = NULL;
+	bool		none;
+
+	if (rd_kafka_assignment(ks->rk, &assigned) != RD_KAFKA_RESP_ERR_NO_ERROR)
+		return;
+	none = assigned->cnt == 0;
+	rd_kafka_topic_partition_list_destroy(assigned);
+	if (!none)
+		return;
+	for (int i = 0; i < 100; i++)
+	{
+		rd_kafka_message_t *m = rd_kafka_consumer_poll(ks->rk, 0);
+
+		if (m == NULL)
+			break;
+		if (m->err && m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
+		{
+			snprintf(ks->error, sizeof(ks->error), "%s: %s",
+					 rd_kafka_err2name(m->err), rd_kafka_message_errstr(m));
+			ks->error_pending = true;
+		}
+		rd_kafka_message_destroy(m);
+	}
+}
+
+/*
  * The topic's partitions (sorted), from a metadata request.  Returns the
  * count, or -1 with *error set when the broker cannot be reached or the
  * topic does not exist.
@@ -372,7 +407,17 @@ kafka_source_list_partitions(KafkaSource *ks, int32 **partitions, int timeout_ms
 	err = rd_kafka_metadata(ks->rk, 0, ks->rkt, &md, timeout_ms);
 	if (err != RD_KAFKA_RESP_ERR_NO_ERROR)
 	{
-		*error = psprintf("cannot read metadata of topic \"%s\": %s", ks->topic, rd_kafka_err2str(err));
+		char		why[sizeof(ks->error) + 4] = "";
+
+		/*
+		 * "Broker transport failure" says little: librdkafka's error
+		 * callback has why (authentication, a certificate), once served.
+		 */
+		serve_unassigned(ks);
+		if (ks->error_pending)
+			snprintf(why, sizeof(why), " (%s)", ks->error);
+		ks->error_pending = false;
+		*error = psprintf("cannot read metadata of topic \"%s\": %s%s", ks->topic, rd_kafka_err2str(err), why);
 		ks->broker_down = true;
 		return -1;
 	}
