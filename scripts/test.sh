@@ -112,10 +112,12 @@ run_suite() {
 
   local prove_tests=()
   [ -n "${SDP_TESTS:-}" ] && prove_tests=(PROVE_TESTS="$SDP_TESTS")
-  sdp_as_postgres env SDP_KAFKA="$kafka" make -C "$work" -s tapcheck PG_CONFIG="$bin/pg_config" "${prove_tests[@]}" \
+  # the tests' temporary files (brokers' directories among them) in the pass's own directory
+  sdp_as_postgres mkdir -p "$work/tmp"
+  sdp_as_postgres env SDP_KAFKA="$kafka" TMPDIR="$work/tmp" make -C "$work" -s tapcheck PG_CONFIG="$bin/pg_config" "${prove_tests[@]}" \
       PROVE_FLAGS="-j${SDP_TEST_JOBS:-2} -I test/perl --verbose --merge" 2>&1 | tee "$tap_log"
-  # a test killed outright leaves its Apache Kafka broker (its own session) behind
-  [ "$kafka" = apache ] && pkill -u postgres -f 'kafka\.Kafka .*/sdp_kafka_' 2>/dev/null
+  # a test killed outright leaves its Apache Kafka broker (its own session) behind: this pass's only
+  [ "$kafka" = apache ] && pkill -u postgres -f "kafka\.Kafka $work/tmp/" 2>/dev/null
   # TAP: one line per assertion at the top level of each test file; a file that
   # died or misplanned counts once more unless it already reported a failure
   # (prove says NOTESTS when every file skipped).
