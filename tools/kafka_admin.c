@@ -12,6 +12,8 @@
  *   delete TOPIC                              delete a topic
  *   config TOPIC name=value...                set topic configs (incremental)
  *   exists TOPIC                              exit 0 if the topic exists, 1 if not
+ *   offsets TOPIC PARTITION                   print the partition's low and high
+ *                                             watermarks ("LOW HIGH")
  *   truncate TOPIC PARTITION OFFSET           delete the partition's messages
  *                                             before OFFSET (DeleteRecords: the
  *                                             log start offset moves, as when
@@ -42,6 +44,7 @@ usage(void)
 			"  delete TOPIC\n"
 			"  config TOPIC name=value...\n"
 			"  exists TOPIC\n"
+			"  offsets TOPIC PARTITION\n"
 			"  truncate TOPIC PARTITION OFFSET\n");
 	exit(2);
 }
@@ -223,6 +226,19 @@ main(int argc, char **argv)
 			if (rd_kafka_ConfigResource_error(cres[r]))
 				die("topic \"%s\": %s", rd_kafka_ConfigResource_name(cres[r]),
 					rd_kafka_ConfigResource_error_string(cres[r]));
+	}
+	else if (strcmp(cmd, "offsets") == 0)
+	{
+		int64_t		low,
+					high;
+		rd_kafka_resp_err_t err;
+
+		if (i >= argc)
+			usage();
+		err = rd_kafka_query_watermark_offsets(rk, topic, atoi(argv[i]), &low, &high, TIMEOUT_MS);
+		if (err)
+			die("%s%s", rd_kafka_err2str(err), "");
+		printf("%lld %lld\n", (long long) low, (long long) high);
 	}
 	else if (strcmp(cmd, "truncate") == 0)
 	{

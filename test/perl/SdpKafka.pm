@@ -453,6 +453,8 @@ package SdpKafka::Apache
 	sub set_config ($self, $name, %config) { return $self->admin('config', $name, map { "$_=$config{$_}" } sort keys %config) }
 	# delete_records(TOPIC, PARTITION, OFFSET): the messages before OFFSET are
 	# gone, as when retention deletes a segment (the log start offset moves)
+	# (LOW, HIGH): the first offset a partition holds, and its end
+	sub watermarks ($self, $name, $partition) { return split ' ', $self->admin('offsets', $name, $partition) }
 	sub delete_records ($self, $name, $partition, $offset) { return $self->admin('truncate', $name, $partition, $offset) }
 
 	# A crash (SIGKILL) and a restart on the same ports and data: the real
