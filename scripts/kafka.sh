@@ -29,6 +29,11 @@
 #   bash scripts/kafka.sh codecs DIR TOPIC PARTITION
 #                                      how many record batches of the partition the
 #                                      broker stored with each compression codec
+#   bash scripts/kafka.sh group DIR GROUP
+#                                      Kafka's own consumer-group tool (kafka-consumer-groups
+#                                      --describe) on the broker of DIR: one line per
+#                                      partition the group committed, "TOPIC PARTITION
+#                                      CURRENT-OFFSET LOG-END-OFFSET LAG", sorted
 #
 # Variables: SDP_KAFKA_VERSION (default 4.4.0), SDP_KAFKA_CACHE (default
 # /var/cache/sdp_ext/kafka-$SDP_KAFKA_VERSION), SDP_KAFKA_HEAP (default 512m).
@@ -217,5 +222,11 @@ case ${1:-} in
        --files "$(ls "$2/data/$3-$4/"*.log | paste -sd,)" 2>/dev/null |
        sed -n 's/.* compresscodec: \([a-z0-9]*\).*/\1/p' | sort | uniq -c ;;
   resume) signal "$2" CONT 0 ;;
-  *) die "usage: scripts/kafka.sh fetch | start DIR | stop DIR | kill DIR | pause DIR | resume DIR | codecs DIR TOPIC PARTITION" ;;
+  group) [ $# -eq 3 ] || die "usage: scripts/kafka.sh group DIR GROUP"
+     boot=$(sed -n 's/^KAFKA_PLAINTEXT=//p' "$2/kafka.env")
+     out=$(java -Xmx128m -cp "$cache/libs/*" org.apache.kafka.tools.consumer.group.ConsumerGroupCommand \
+       --bootstrap-server "$boot" --describe --group "$3" 2>&1) || die "kafka-consumer-groups failed: $out"
+     # the header is "GROUP TOPIC PARTITION CURRENT-OFFSET LOG-END-OFFSET LAG CONSUMER-ID HOST CLIENT-ID"
+     awk -v g="$3" '$1 == g && $3 ~ /^[0-9]+$/ { print $2, $3, $4, $5, $6 }' <<< "$out" | sort -k1,1 -k2,2n ;;
+  *) die "usage: scripts/kafka.sh fetch | start DIR | stop DIR | kill DIR | pause DIR | resume DIR | codecs DIR TOPIC PARTITION | group DIR GROUP" ;;
 esac

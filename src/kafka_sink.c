@@ -1001,6 +1001,7 @@ readback_partition(KafkaRelay *r, rd_kafka_t *reader, int32 p, int64 *last, char
 		TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), 3 * RELAY_TIMEOUT_MS);
 		int64		first = -1;	/* the lowest offset read in this window */
 		int64		stable_at = -1; /* the tail window: read up to here */
+		int64		eof_at = -1;	/* where the reader last found the partition's (stable) end */
 		bool		done = false;
 		rd_kafka_resp_err_t err;
 
@@ -1020,7 +1021,13 @@ readback_partition(KafkaRelay *r, rd_kafka_t *reader, int32 p, int64 *last, char
 			CHECK_FOR_INTERRUPTS();
 			if (GetCurrentTimestamp() > deadline)
 			{
-				*error = psprintf("sink \"%s\": reading back partition %d: timed out", r->def.name, p);
+				if (stable_at >= 0 && eof_at >= 0 && eof_at < stable_at)
+					*error = psprintf("sink \"%s\": reading back partition %d: timed out: read_committed ends at offset " INT64_FORMAT
+									  " (the last stable offset), below the end " INT64_FORMAT
+									  ", behind a Kafka transaction still open there (another producer's; or, if it stays, a hanging transaction: Kafka's kafka-transactions.sh find-hanging and abort)",
+									  r->def.name, p, eof_at, stable_at);
+				else
+					*error = psprintf("sink \"%s\": reading back partition %d: timed out", r->def.name, p);
 				(void) rd_kafka_assign(reader, NULL);
 				return false;
 			}
@@ -1040,6 +1047,7 @@ readback_partition(KafkaRelay *r, rd_kafka_t *reader, int32 p, int64 *last, char
 				 * until the end passes the high watermark seen at its first
 				 * end (ours are all below it: our previous producer is fenced).
 				 */
+				eof_at = m->offset;
 				if (end < 0 && stable_at < 0 &&
 					rd_kafka_get_watermark_offsets(reader, r->def.topic, p, &lo, &hi) == RD_KAFKA_RESP_ERR_NO_ERROR)
 					stable_at = hi;
@@ -1396,6 +1404,28 @@ again:
 }
 
 /*
+ * The relay's producer, with init_transactions done: the transactional
+ * id's earlier producer is fenced and the transaction it left open is
+ * aborted, so that a read_committed reader of the topic no longer waits
+ * for it.  False with the reason in *error when the sink cannot be reached.
+ */
+bool
+kafka_relay_fence(KafkaRelay *r, char **error)
+{
+	rd_kafka_error_t *kerr;
+
+	if (r->rk == NULL && !relay_create_producer(r, error))
+		return false;
+	if (!r->initialized)
+	{
+		if ((kerr = rd_kafka_init_transactions(r->rk, RELAY_TIMEOUT_MS)) != NULL)
+			return relay_failed(r, "init_transactions", kerr, error);
+		r->initialized = true;
+	}
+	return true;
+}
+
+/*
  * Produce everything in the flow's outbox.  True when it is empty (every
  * row produced, committed and deleted); false with the reason in *error
  * when the sink cannot be written now: the caller waits and calls again,
@@ -1412,14 +1442,8 @@ kafka_relay_drain(KafkaRelay *r, char **error)
 		int			n;
 
 		CHECK_FOR_INTERRUPTS();
-		if (r->rk == NULL && !relay_create_producer(r, error))
+		if (!kafka_relay_fence(r, error))
 			return false;
-		if (!r->initialized)
-		{
-			if ((kerr = rd_kafka_init_transactions(r->rk, RELAY_TIMEOUT_MS)) != NULL)
-				return relay_failed(r, "init_transactions", kerr, error);
-			r->initialized = true;
-		}
 		if (r->aborting)
 		{
 			if ((kerr = rd_kafka_abort_transaction(r->rk, RELAY_TIMEOUT_MS)) != NULL)

@@ -32,6 +32,7 @@ extern KafkaRelay *kafka_relay_create(const SdpSinkDef *sink, int64 flow_id, con
 extern void kafka_relay_destroy(KafkaRelay *r);
 extern List *kafka_relay_orphans(int64 flow_id, int nworkers, int worker_no, int64 *max_seq);
 extern bool kafka_relay_others_pending(KafkaRelay *r, int64 upto);
+extern bool kafka_relay_fence(KafkaRelay *r, char **error);
 extern bool kafka_relay_drain(KafkaRelay *r, char **error);
 extern bool kafka_relay_pump(KafkaRelay *r, bool *pending, char **error);
 extern bool kafka_relay_busy(KafkaRelay *r);

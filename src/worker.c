@@ -837,6 +837,53 @@ report_refused_host(FlowWorker *w)
 	}
 }
 
+/*
+ * The broker answers but no longer has the flow's topic (it was deleted
+ * under the running flow): the flow is retrying, with the reason in the
+ * status and the log, and the topic is looked for every few seconds.  The
+ * offsets stay as committed; what a topic of that name holds when it
+ * returns is read from them (an offset past its end is reset and reported
+ * as for retention).
+ */
+static void
+worker_topic_gone(FlowWorker *w, const char *error)
+{
+	char	   *msg = psprintf("the topic is gone from the broker (deleted?): %s; the flow waits for it and goes on from its committed offsets when it returns",
+							   error);
+
+	ereport(LOG,
+			(errmsg("sdp flow \"%s\": %s", w->args.name, msg),
+			 errhint("Create topic \"%s\" again, or drop the flow with sdp_drop_flow().", w->source.topic)));
+	w->topic_missing = true;
+	sdp_worker_set_error(w, msg);
+	SpinLockAcquire(&w->slot->mutex);
+	w->topic_gone_at = w->slot->last_error_at;
+	SpinLockRelease(&w->slot->mutex);
+	worker_set_state(w, SDP_FLOW_RETRYING, false);
+	pfree(msg);
+}
+
+/*
+ * The topic that was gone is back (worker_topic_gone): the flow runs on,
+ * and its status no longer says the topic is gone (unless an error came
+ * since: the offset reset of the topic created again, say).
+ */
+static void
+worker_topic_back(FlowWorker *w)
+{
+	ereport(LOG, (errmsg("sdp flow \"%s\": topic \"%s\" is back on the broker", w->args.name, w->source.topic)));
+	w->topic_missing = false;
+	w->topic_returned = true;
+	worker_set_state(w, SDP_FLOW_RUNNING, false);
+	SpinLockAcquire(&w->slot->mutex);
+	if (w->slot->last_error_at == w->topic_gone_at)
+	{
+		w->slot->last_error[0] = '\0';
+		w->slot->last_error_at = 0;
+	}
+	SpinLockRelease(&w->slot->mutex);
+}
+
 /* Work that is due by the clock: progress reports, watermarks, partitions, broker probes. */
 static void
 periodic_work(FlowWorker *w, TimestampTz now)
@@ -845,18 +892,26 @@ periodic_work(FlowWorker *w, TimestampTz now)
 	bool		down;
 
 	if (kafka_source_take_error(w->kafka, error, sizeof(error), &down))
-		sdp_worker_set_broker(w, !down, error);
-	else if (!down)
+	{
+		sdp_worker_set_broker(w, !down && !w->topic_missing, error);
+		/* a fetch found no such topic or partition: look at the topic now */
+		if (strstr(error, "UNKNOWN_TOPIC") != NULL || strstr(error, "UNKNOWN_PARTITION") != NULL)
+			w->next_partition_refresh = now;
+	}
+	else if (!down && !w->topic_missing)
 		sdp_worker_set_broker(w, true, NULL);
 	report_refused_host(w);
 
 	/* the broker had deleted messages the flow had not read: say so, loudly */
 	if (kafka_source_take_reset(w->kafka, error, sizeof(error)) > 0)
 	{
-		char	   *msg = psprintf("messages the flow had not read are no longer on the broker (retention): %s", error);
+		char	   *msg = psprintf("messages the flow had not read are no longer on the broker (%s): %s",
+									   w->topic_missing || w->topic_returned ? "the topic was deleted and created again" : "retention",
+									   error);
 
 		ereport(LOG, (errmsg("sdp flow \"%s\": %s", w->args.name, msg)));
 		sdp_worker_set_error(w, msg);
+		w->topic_returned = false;
 	}
 
 	if (now >= w->next_watermarks)
@@ -880,8 +935,11 @@ periodic_work(FlowWorker *w, TimestampTz now)
 		w->next_progress = TimestampTzPlusMilliseconds(now, w->opts.progress_interval_ms);
 	}
 
-	/* A lost broker is probed with a metadata request, which also finds new partitions. */
-	if ((kafka_source_is_down(w->kafka) && now >= w->next_broker_probe) ||
+	/*
+	 * A lost broker, or a topic gone, is probed with a metadata request,
+	 * which also finds new partitions.
+	 */
+	if (((kafka_source_is_down(w->kafka) || w->topic_missing) && now >= w->next_broker_probe) ||
 		now >= w->next_partition_refresh)
 	{
 		int32	   *partitions;
@@ -891,12 +949,18 @@ periodic_work(FlowWorker *w, TimestampTz now)
 		if (n > 0)
 		{
 			sdp_worker_set_broker(w, true, NULL);
+			if (w->topic_missing)
+				worker_topic_back(w);
 			if (n > w->topic_partitions)
 				worker_take_partitions(w, n, partitions);
 			pfree(partitions);
 		}
 		else
+		{
 			sdp_worker_set_broker(w, false, perror);
+			if (!kafka_source_is_down(w->kafka) && !w->topic_missing)
+				worker_topic_gone(w, perror);
+		}
 		w->next_broker_probe = TimestampTzPlusMilliseconds(now, SDP_BROKER_PROBE_MS);
 		w->next_partition_refresh = TimestampTzPlusMilliseconds(now, SDP_PARTITION_REFRESH_MS);
 	}
@@ -1212,10 +1276,25 @@ worker_relay(FlowWorker *w)
 	char	   *error = NULL;
 	MemoryContext oldcxt = MemoryContextSwitchTo(w->batch_cxt);
 	bool		done;
+	ListCell   *lc;
 
 	pgstat_report_activity(STATE_RUNNING, "sdp: producing to the sink");
-	/* the rows of earlier workers first: a key's rows keep their order */
-	done = true;
+	/*
+	 * The rows of earlier workers first: a key's rows keep their order.
+	 * Before their relays read the topic back (read_committed), every
+	 * transactional id this worker relays for is fenced: a transaction
+	 * that the earlier layout's worker of this number left open (its
+	 * commit failed while the sink was down) holds the partitions' last
+	 * stable offset below the end until the broker times it out, and the
+	 * read-back would wait for it.
+	 */
+	done = w->orphan_relays == NIL || kafka_relay_fence(w->relay, &error);
+	foreach(lc, w->orphan_relays)
+	{
+		if (!done)
+			break;
+		done = kafka_relay_fence((KafkaRelay *) lfirst(lc), &error);
+	}
 	while (done && w->orphan_relays != NIL)
 	{
 		KafkaRelay *orphan = linitial(w->orphan_relays);

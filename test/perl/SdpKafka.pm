@@ -483,6 +483,16 @@ package SdpKafka::Apache
 		return { map { (split ' ')[1] => (split ' ')[0] } split /\n/, $out };
 	}
 
+	# Kafka's own consumer-group tool: { "TOPIC PARTITION" => [ CURRENT-OFFSET, LOG-END-OFFSET, LAG ] }
+	sub group ($self, $group)
+	{
+		my ($out, $err) = ('', '');
+		IPC::Run::run([ 'bash', 'scripts/kafka.sh', 'group', $self->{dir}, $group ],
+			'<', \undef, '>', \$out, '2>', \$err)
+		  or croak "scripts/kafka.sh group failed:\n$err";
+		return { map { my @f = split ' '; ("$f[0] $f[1]" => [ @f[ 2 .. 4 ] ]) } split /\n/, $out };
+	}
+
 	sub pause ($self) { $self->_script('pause'); return 1 }
 	sub resume ($self) { $self->_script('resume'); return 1 }
 
