@@ -78,10 +78,7 @@ use_build() {
 }
 median() { tr ' ' '\n' | grep -v '^$' | sort -n | awk '{v[NR]=$1} END {print (NR % 2) ? v[(NR+1)/2] : (v[NR/2] + v[NR/2+1]) / 2}'; }
 
-tools/sdp_broker --topic pos:8 --topic pay:8 --addr-file "$dir/broker.addr" --quiet > "$dir/broker.log" 2>&1 &
-pids+=($!)
-for _ in $(seq 100); do [ -s "$dir/broker.addr" ] && break; sleep 0.1; done
-boot=$(cat "$dir/broker.addr")
+bench_broker pos:8 pay:8
 tools/flight_sim --bootstrap "$boot" --topic pos --aircraft "$n" --count "$n" --rate 0 --linger-ms "${CPU_LINGER_MS:-100}" --quiet > /dev/null
 tools/payment_sim --bootstrap "$boot" --topic pay --merchants 10000 --count "$n" --rate 0 --event-time step:1 --linger-ms "${CPU_LINGER_MS:-100}" --quiet > /dev/null
 
@@ -200,7 +197,7 @@ SELECT sdp_load_aggregations('window_agg', \$a\$$aggs\$a\$);" pay_windows pay_ev
 fi
 
 echo "CPU time (user + system) per 1,000 events of the flow's workers, beside COPY's backend per 1,000 rows of the same rows"
-echo "($n events, 8 partitions, medians of $runs runs; drain rate from the first message read to the last)"
+echo "($n events, 8 partitions, broker $broker_kind, medians of $runs runs; drain rate from the first message read to the last)"
 printf '  %-34s %12s %12s %8s %12s %12s\n' case "flow ms/1k" "COPY ms/1k" ratio "events/s" "events/batch"
 for c in append upsert plain window_agg workers2 workers4; do
   for bld in "${builds[@]}"; do

@@ -44,11 +44,8 @@ sdp_build_install
 bench_server bench 'track_commit_timestamp = on'
 bench_start
 
-tools/sdp_broker --topic tput:32 --topic tput2:16 --topic lat1000:4 --topic lat10000:4 \
-  --topic lat50000:4 --topic both:4 --topic mem:8 --topic pay:16 --topic paylive20:4 --topic paylive100:4 --topic paylive1000:4 --topic sinkin:4 --topic sinkout:4 --addr-file "$dir/broker.addr" --quiet > "$dir/broker.log" 2>&1 &
-pids+=($!)
-for _ in $(seq 100); do [ -s "$dir/broker.addr" ] && break; sleep 0.1; done
-boot=$(cat "$dir/broker.addr")
+bench_broker tput:32 tput2:16 lat1000:4 lat10000:4 lat50000:4 both:4 mem:8 pay:16 paylive20:4 paylive100:4 \
+  paylive1000:4 sinkin:4 sinkout:4
 
 # the tables and the transforms of examples/flights.sql, one flow per topic
 sql -c 'CREATE EXTENSION sdp_ext'
@@ -124,7 +121,7 @@ wait_read() {  # flow count -> prints the time when messages_read reached count
 
 out=bench/out; mkdir -p "$out"; report="$out/$(date -u +%Y%m%dT%H%M%SZ).txt"
 {
-echo "sdp_ext benchmark, $(date -u), $(nproc) cores, $(uname -r), PostgreSQL $(sdp_as_postgres postgres --version | awk '{print $3}')"
+echo "sdp_ext benchmark, $(date -u), $(nproc) cores, $(uname -r), PostgreSQL $(sdp_as_postgres postgres --version | awk '{print $3}'), broker $broker_kind"
 echo
 
 if [ -n "${BENCH_ONLY_PAY:-}" ]; then TPUT_N=1000; TPUT2_N=1000; RATES=""; MEM_SECONDS=16; fi

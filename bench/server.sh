@@ -13,6 +13,13 @@
 #   bench_on_exit              a command the exit runs before $dir goes
 #                              (e.g. to copy the log, or put a build back)
 #
+#   bench_broker TOPIC:PARTITIONS...   the broker the benchmark runs against,
+#       with those topics: SDP_BENCH_BROKER=embedded (tools/sdp_broker,
+#       librdkafka's mock cluster; the default) or kafka (Apache Kafka, a
+#       single-node KRaft broker of scripts/kafka.sh, fetched once per
+#       machine, topics created with tools/kafka_admin).  Sets $boot (its
+#       address), $broker (the broker's pid, for its CPU time) and
+#       $broker_kind; the exit stops it.
 #   wait_running PATTERN [N]   until N flows (default 1) whose names are LIKE
 #                              PATTERN run with their partitions assigned
 #   wait_relay NAME            until the sink flow NAME's relay has read its
@@ -41,10 +48,34 @@ bench_stop() { sdp_as_postgres pg_ctl -D "$dir/pg" -m fast -w stop >/dev/null; }
 
 sql() { sdp_as_postgres psql -X -q -At -h "$dir" -p "$port" -U postgres -d postgres "$@"; }
 
+bench_broker() {  # topic:partitions...
+  local t
+  broker_kind=${SDP_BENCH_BROKER:-embedded}
+  case $broker_kind in
+    embedded)
+      tools/sdp_broker "${@/#/--topic=}" --addr-file "$dir/broker.addr" --quiet > "$dir/broker.log" 2>&1 &
+      broker=$!
+      pids+=($broker)
+      for _ in $(seq 100); do [ -s "$dir/broker.addr" ] && break; sleep 0.1; done
+      boot=$(cat "$dir/broker.addr") ;;
+    kafka)
+      command -v java >/dev/null || sdp_install_packages openjdk-17-jre-headless
+      command -v mvn >/dev/null || sdp_install_packages maven
+      sdp_as_root bash scripts/kafka.sh fetch >/dev/null
+      bench_kafka_dir=$(mktemp -d /tmp/sdp_bench_kafka.XXXXXX)
+      boot=$(bash scripts/kafka.sh start "$bench_kafka_dir" | sed -n 's/^KAFKA_PLAINTEXT=//p')
+      broker=$(cat "$bench_kafka_dir/kafka.pid")
+      for t; do tools/kafka_admin --bootstrap "$boot" create "${t%%:*}" "${t##*:}" >/dev/null; done ;;
+    *) sdp_log "SDP_BENCH_BROKER must be embedded or kafka, not '$broker_kind'"; exit 2 ;;
+  esac
+  sdp_log "broker: $broker_kind at $boot"
+}
+
 bench_cleanup() {
   set +e
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
   wait 2>/dev/null
+  [ -n "${bench_kafka_dir:-}" ] && { bash scripts/kafka.sh stop "$bench_kafka_dir"; rm -rf "$bench_kafka_dir"; }
   [ -f "$dir/pg/postmaster.pid" ] && sdp_as_postgres pg_ctl -D "$dir/pg" -m fast stop >/dev/null 2>&1
   [ -n "${bench_on_exit:-}" ] && eval "$bench_on_exit"
   sdp_as_root rm -rf "$dir"

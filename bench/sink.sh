@@ -102,17 +102,14 @@ cputicks() { awk '{sub(/^.*\) /, ""); print $12 + $13}' "/proc/$1/stat"; }  # ut
 # (busy = user + nice + system + irq + softirq; steal = time the hypervisor ran others)
 machineticks() { awk '$1 == "cpu" {print $2 + $3 + $4 + $7 + $8, $9}' /proc/stat; }
 
-topics=(--topic tput:8)
-for r in $(seq "$runs"); do topics+=(--topic "tput_out$r:8"); done
+topics=(tput:8)
+for r in $(seq "$runs"); do topics+=("tput_out$r:8"); done
 for rate in $rates; do
   for r in $(seq "$rounds"); do
-    topics+=(--topic "t${rate}_$r:4" --topic "s${rate}_$r:4" --topic "o${rate}_$r:4" --topic "h${rate}_$r:4" --topic "f${rate}_$r:4" --topic "e${rate}_$r:4" --topic "g${rate}_$r:4")
+    topics+=("t${rate}_$r:4" "s${rate}_$r:4" "o${rate}_$r:4" "h${rate}_$r:4" "f${rate}_$r:4" "e${rate}_$r:4" "g${rate}_$r:4")
   done
 done
-tools/sdp_broker "${topics[@]}" --addr-file "$dir/broker.addr" --quiet > "$dir/broker.log" 2>&1 &
-pids+=($!); broker=$!
-for _ in $(seq 100); do [ -s "$dir/broker.addr" ] && break; sleep 0.1; done
-boot=$(cat "$dir/broker.addr")
+bench_broker "${topics[@]}"
 
 sql -c 'CREATE EXTENSION sdp_ext'
 sed -n '/^CREATE TABLE zones/,/^SELECT sdp_create_source/p' examples/flights.sql | sed '$d' | sql >/dev/null
@@ -157,7 +154,7 @@ pct() {
 
 out=bench/out; mkdir -p "$out"; report="$out/sink-$(date -u +%Y%m%dT%H%M%SZ).txt"
 {
-echo "sdp_ext sink benchmark, $(date -u), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+echo "sdp_ext sink benchmark, $(date -u), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), broker $broker_kind, commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
 echo
 
 if [[ " $parts " == *" latency "* ]]; then

@@ -45,7 +45,13 @@ CREATE TABLE positions (
     updated_at   timestamptz
 );
 
-SELECT sdp_create_source('flights', :'bootstrap', 'raw-flights');
+-- source_options (optional, a JSON object): client properties for the
+-- sources, e.g. -v source_options='{"fetch.wait.max.ms": "100"}'
+\if :{?source_options}
+\else
+\set source_options '{}'
+\endif
+SELECT sdp_create_source('flights', :'bootstrap', 'raw-flights', :'source_options');
 
 -- Enrich flow (stateless): parse, drop rows without a position or an id,
 -- add flight_phase, squawk_alert and zone, keep the latest row per aircraft.
@@ -95,8 +101,8 @@ CREATE TABLE zone_alerts (
 SELECT sdp_create_sink('zone_positions', bootstrap_servers, 'zone-positions'),
        sdp_create_sink('zone_alerts_out', bootstrap_servers, 'zone-alerts')
   FROM sdp.source_list WHERE name = 'flights';
-SELECT sdp_create_source('zone_positions_in', bootstrap_servers, 'zone-positions', '{"isolation.level": "read_committed"}'),
-       sdp_create_source('zone_alerts_in', bootstrap_servers, 'zone-alerts', '{"isolation.level": "read_committed"}')
+SELECT sdp_create_source('zone_positions_in', bootstrap_servers, 'zone-positions', '{"isolation.level": "read_committed"}'::jsonb || :'source_options'),
+       sdp_create_source('zone_alerts_in', bootstrap_servers, 'zone-alerts', '{"isolation.level": "read_committed"}'::jsonb || :'source_options')
   FROM sdp.source_list WHERE name = 'flights';
 
 SELECT sdp_create_flow('zone_positions_flow', source => 'flights', sink => 'zone_positions',

@@ -2,8 +2,8 @@
 # scripts/demo.sh: the live demo of sdp_ext, from a fresh Debian 12 machine.
 #
 # Installs what is missing, builds and installs sdp_ext, then starts a
-# throwaway PostgreSQL (as the postgres OS user, sdp_ext preloaded), the
-# embedded Kafka broker and the flight simulator, declares the flows of
+# throwaway PostgreSQL (as the postgres OS user, sdp_ext preloaded), a
+# Kafka broker and the flight simulator, declares the flows of
 # examples/flights.sql (zone congestion in two stages, through the topics
 # zone-positions and zone-alerts), starts the live dashboard (tools/sdp_dashboard, a map
 # of the aircraft and zones in the browser, URL printed), and shows the
@@ -14,6 +14,11 @@
 #   DEMO_SECONDS=600 bash scripts/demo.sh
 #   DEMO_KEEP=1 bash scripts/demo.sh  # keep it running until Ctrl-C, with a psql hint
 #   DEMO_HTTP=127.0.0.1:8080          # where the dashboard listens (the default)
+#   DEMO_BROKER=kafka                 # the broker: kafka, Apache Kafka itself (scripts/kafka.sh,
+#                                     # fetched from Maven Central once per machine; the default
+#                                     # where Java 17 is installed), or embedded (tools/sdp_broker,
+#                                     # librdkafka's mock cluster: no JVM, but it slows down as
+#                                     # its partitions grow: e2e latency of seconds after minutes)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/common.sh
@@ -22,14 +27,28 @@ seconds=${DEMO_SECONDS:-60}
 aircraft=${DEMO_AIRCRAFT:-600}
 port=${DEMO_PORT:-5488}
 http=${DEMO_HTTP:-127.0.0.1:8080}
+if [ -z "${DEMO_BROKER:-}" ]; then
+  if command -v java >/dev/null; then broker=kafka; else broker=embedded; fi
+else
+  broker=$DEMO_BROKER
+fi
+case $broker in
+  kafka|embedded) ;;
+  *) sdp_log "DEMO_BROKER must be kafka or embedded, not '$broker'"; exit 2 ;;
+esac
 
 sdp_install_packages
+if [ "$broker" = kafka ]; then
+  command -v mvn >/dev/null || sdp_install_packages maven
+  sdp_as_root bash scripts/kafka.sh fetch >/dev/null
+fi
 sdp_build_install
 
 dir=$(mktemp -d /tmp/sdp_demo.XXXXXX)
 chown postgres:postgres "$dir" 2>/dev/null || sdp_as_root chown postgres:postgres "$dir"
 chmod 711 "$dir" 2>/dev/null || sdp_as_root chmod 711 "$dir"   # the dashboard reaches the socket
 pg="$dir/pg"
+kdir=''
 pids=()
 
 cleanup() {
@@ -37,6 +56,7 @@ cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
   wait 2>/dev/null
   [ -f "$pg/postmaster.pid" ] && sdp_as_postgres pg_ctl -D "$pg" -m fast stop >/dev/null 2>&1
+  [ -n "$kdir" ] && { bash scripts/kafka.sh stop "$kdir"; rm -rf "$kdir"; }
   sdp_as_root rm -rf "$dir"
   sdp_log "demo stopped; nothing left running"
 }
@@ -48,15 +68,26 @@ sdp_initdb "$pg" "$dir" "$port"
 sdp_as_postgres pg_ctl -D "$pg" -l "$dir/postgres.log" -w start >/dev/null
 psql_demo() { sdp_as_postgres psql -X -q -h "$dir" -p "$port" -U postgres -d postgres "$@"; }
 
-sdp_log "starting the embedded Kafka broker"
-tools/sdp_broker --topic raw-flights:4 --topic zone-positions:4 --topic zone-alerts:2 --addr-file "$dir/broker.addr" --quiet > "$dir/broker.log" 2>&1 &
-pids+=($!)
-for _ in $(seq 100); do [ -s "$dir/broker.addr" ] && break; sleep 0.1; done
-bootstrap=$(cat "$dir/broker.addr")
+topics=(raw-flights:4 zone-positions:4 zone-alerts:2)
+if [ "$broker" = kafka ]; then
+  sdp_log "starting Apache Kafka (a single-node KRaft broker, scripts/kafka.sh)"
+  kdir=$(mktemp -d /tmp/sdp_demo_kafka.XXXXXX)
+  bootstrap=$(bash scripts/kafka.sh start "$kdir" | sed -n 's/^KAFKA_PLAINTEXT=//p')
+  for t in "${topics[@]}"; do
+    tools/kafka_admin --bootstrap "$bootstrap" create "${t%%:*}" "${t##*:}" >/dev/null
+  done
+else
+  sdp_log "starting the embedded Kafka broker"
+  tools/sdp_broker "${topics[@]/#/--topic=}" --addr-file "$dir/broker.addr" --quiet > "$dir/broker.log" 2>&1 &
+  pids+=($!)
+  for _ in $(seq 100); do [ -s "$dir/broker.addr" ] && break; sleep 0.1; done
+  bootstrap=$(cat "$dir/broker.addr")
+fi
 
 sdp_log "declaring the flows (examples/flights.sql, zone congestion in two stages through Kafka) against $bootstrap"
 psql_demo -c 'CREATE EXTENSION sdp_ext' >/dev/null
-psql_demo -v ON_ERROR_STOP=1 -v bootstrap="$bootstrap" -v two_stage=1 -f examples/flights.sql >/dev/null
+psql_demo -v ON_ERROR_STOP=1 -v bootstrap="$bootstrap" -v two_stage=1 -v source_options="${DEMO_SOURCE_OPTIONS:-{\}}" \
+  -f examples/flights.sql >/dev/null
 
 sdp_log "starting the dashboard"
 tools/sdp_dashboard --listen "$http" --db "host=$dir port=$port dbname=postgres user=postgres" \
