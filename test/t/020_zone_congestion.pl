@@ -53,6 +53,12 @@ for my $n (1 .. 5)
 	ok($node->poll_query_until('postgres',
 			"SELECT aircraft_count = $n AND crowded = '$crowded' FROM zone_alerts WHERE zone = 'Z'"),
 		"aircraft $n enters: count $n, crowded $crowded");
+	# and the append flow has emitted it before the next step is produced:
+	# on a slow server it could otherwise take two steps in one batch (one
+	# change, from n - 1 to n + 1)
+	ok($node->poll_query_until('postgres',
+			"SELECT max(aircraft_count) = $n FROM zone_log WHERE zone = 'Z'"),
+		"aircraft $n: zone_history emitted count $n");
 }
 my $members = SdpTest::query($node,
 	"SELECT string_agg(m, ',' ORDER BY m) FROM sdp_flow_state('zone_congestion_flow') s, jsonb_object_keys(s.value) m "
