@@ -19,6 +19,7 @@
 #                                     # where Java 17 is installed), or embedded (tools/sdp_broker,
 #                                     # librdkafka's mock cluster: no JVM, but it slows down as
 #                                     # its partitions grow: e2e latency of seconds after minutes)
+#   DEMO_SOURCE_OPTIONS='{"fetch.wait.max.ms": "100"}'   # client properties for the demo's sources
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/common.sh

@@ -842,8 +842,8 @@ report_refused_host(FlowWorker *w)
  * under the running flow): the flow is retrying, with the reason in the
  * status and the log, and the topic is looked for every few seconds.  The
  * offsets stay as committed; what a topic of that name holds when it
- * returns is read from them (an offset past its end is reset and reported
- * as for retention).
+ * returns is read from them (an offset past its end is reset to its start
+ * and reported as the topic created again, in periodic_work).
  */
 static void
 worker_topic_gone(FlowWorker *w, const char *error)
