@@ -198,6 +198,7 @@ struct KafkaRelay
 	bool		flushed_earlier;	/* the WAL of rows earlier workers left is flushed (first round) */
 	int			npartitions;
 	bool		skips;			/* sdp.outbox has column skipped_by (0.7) */
+	char	   *fenced;			/* a newer producer of txn_id fenced this relay: why (in cxt's parent) */
 
 	/* a row librdkafka refused to take (too large): set aside once its transaction is aborted */
 	int64		refused_seq;	/* 0: none */
@@ -740,7 +741,35 @@ relay_create_producer(KafkaRelay *r, char **error)
 static bool
 relay_failed(KafkaRelay *r, const char *what, rd_kafka_error_t *err, char **error)
 {
+	rd_kafka_resp_err_t code = rd_kafka_error_code(err);
+	char		fatal[256];
+
 	*error = psprintf("sink \"%s\": %s: %s", r->def.name, what, rd_kafka_error_string(err));
+	/* a fatal error's own code (the call's may be a consequence: __FATAL, __STATE) */
+	if (rd_kafka_error_is_fatal(err))
+	{
+		rd_kafka_resp_err_t fatal_code = rd_kafka_fatal_error(r->rk, fatal, sizeof(fatal));
+
+		if (fatal_code != RD_KAFKA_RESP_ERR_NO_ERROR)
+			code = fatal_code;
+	}
+	if (code == RD_KAFKA_RESP_ERR__FENCED || code == RD_KAFKA_RESP_ERR_PRODUCER_FENCED ||
+		code == RD_KAFKA_RESP_ERR_INVALID_PRODUCER_EPOCH)
+	{
+		/*
+		 * A newer producer with our transactional.id: on this server the
+		 * launcher starts a flow's workers only once the earlier ones have
+		 * exited, so it is another server's (see kafka_relay_fence).
+		 */
+		r->fenced = MemoryContextStrdup(GetMemoryChunkContext(r),
+										psprintf("sink \"%s\": fenced: a newer producer with transactional.id \"%s\" has taken over "
+												 "the relay of these rows, so another server runs this flow (a promoted standby, "
+												 "a restored copy, a cluster with a database of this name whose flow has id "
+												 INT64_FORMAT "); this one stops relaying, its outbox rows stay, and its open "
+												 "Kafka transaction is aborted (%s: %s)",
+												 r->def.name, r->txn_id, r->flow_id, what, rd_kafka_error_string(err)));
+		*error = pstrdup(r->fenced);
+	}
 	if (r->failed_seq != 0)
 	{
 		/* a message the sink refused, whatever the rows around it: say which, and how to go past it */
@@ -1414,6 +1443,16 @@ kafka_relay_fence(KafkaRelay *r, char **error)
 {
 	rd_kafka_error_t *kerr;
 
+	/*
+	 * Fenced: a new producer would fence the other server's in turn, and
+	 * the two would take the transactional id from each other at every
+	 * retry, each producing its own outbox (kafka_relay_fenced).
+	 */
+	if (r->fenced)
+	{
+		*error = pstrdup(r->fenced);
+		return false;
+	}
 	if (r->rk == NULL && !relay_create_producer(r, error))
 		return false;
 	if (!r->initialized)
@@ -1576,6 +1615,18 @@ kafka_relay_pump(KafkaRelay *r, bool *pending, char **error)
 		return false;
 	*pending = n == RELAY_ROWS_PER_TXN;
 	return true;
+}
+
+/*
+ * Whether a newer producer with the relay's transactional.id fenced it.
+ * The flow then fails (worker_relay): on one server the launcher never
+ * runs two workers of a flow and number at once, so the other producer is
+ * another server's, and a relay that went on would take the id back.
+ */
+bool
+kafka_relay_fenced(KafkaRelay *r)
+{
+	return r->fenced != NULL;
 }
 
 /* Whether the relay has a transaction open, produced and not yet committed. */

@@ -36,6 +36,7 @@ extern bool kafka_relay_fence(KafkaRelay *r, char **error);
 extern bool kafka_relay_drain(KafkaRelay *r, char **error);
 extern bool kafka_relay_pump(KafkaRelay *r, bool *pending, char **error);
 extern bool kafka_relay_busy(KafkaRelay *r);
+extern bool kafka_relay_fenced(KafkaRelay *r);
 extern TimestampTz kafka_relay_ack_deadline(KafkaRelay *r);
 extern int	kafka_relay_event_fd(KafkaRelay *r);
 extern void kafka_relay_serve(KafkaRelay *r);

@@ -1263,12 +1263,30 @@ wake_fetcher_if_behind(FlowWorker *w)
 		w->fetcher_wakes++;
 }
 
+/* Whether a relay of this worker was fenced by another server's (kafka_relay_fenced). */
+static bool
+worker_relay_fenced(FlowWorker *w)
+{
+	ListCell   *lc;
+
+	if (kafka_relay_fenced(w->relay))
+		return true;
+	foreach(lc, w->orphan_relays)
+	{
+		if (kafka_relay_fenced((KafkaRelay *) lfirst(lc)))
+			return true;
+	}
+	return false;
+}
+
 /*
  * A sink flow produces what its committed batches put in its outbox before
  * it takes the next batch, so that the outbox holds at most one batch's
  * rows while the sink can be written.  When it cannot (the sink's brokers
  * are down), the flow consumes nothing either, and shows why; it waits with
  * backoff, answering stop requests, and the relay goes on where it stood.
+ * A relay fenced by a newer producer of its transactional id fails the
+ * flow: that producer is another server's (kafka_relay_fenced).
  */
 static bool
 worker_relay(FlowWorker *w)
@@ -1314,6 +1332,11 @@ worker_relay(FlowWorker *w)
 		if (w->relay_backoff_ms > 0)
 			worker_set_state(w, SDP_FLOW_RUNNING, true);
 		w->relay_backoff_ms = 0;
+	}
+	else if (worker_relay_fenced(w))
+	{
+		MemoryContextSwitchTo(oldcxt);
+		worker_fail(w, error);
 	}
 	else
 	{
