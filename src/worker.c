@@ -54,6 +54,8 @@
 #define SDP_PARTITION_REFRESH_MS	30000
 /* How often it probes a broker it lost. */
 #define SDP_BROKER_PROBE_MS		2000
+/* An offset reset this soon after a deleted topic's return is the re-creation's. */
+#define SDP_TOPIC_RETURN_MS		60000
 /* Backoff before running a batch again after an error not about the data. */
 #define SDP_RETRY_MIN_MS		100
 #define SDP_RETRY_MAX_MS		30000
@@ -873,7 +875,7 @@ worker_topic_back(FlowWorker *w)
 {
 	ereport(LOG, (errmsg("sdp flow \"%s\": topic \"%s\" is back on the broker", w->args.name, w->source.topic)));
 	w->topic_missing = false;
-	w->topic_returned = true;
+	w->topic_returned_at = GetCurrentTimestamp();
 	worker_set_state(w, SDP_FLOW_RUNNING, false);
 	SpinLockAcquire(&w->slot->mutex);
 	if (w->slot->last_error_at == w->topic_gone_at)
@@ -902,16 +904,22 @@ periodic_work(FlowWorker *w, TimestampTz now)
 		sdp_worker_set_broker(w, true, NULL);
 	report_refused_host(w);
 
-	/* the broker had deleted messages the flow had not read: say so, loudly */
+	/*
+	 * The broker had deleted messages the flow had not read: say so,
+	 * loudly.  Within SDP_TOPIC_RETURN_MS of the topic's return, a reset is
+	 * the re-creation's: each partition is reset at its first fetch from
+	 * the new topic, not all in the same round.
+	 */
 	if (kafka_source_take_reset(w->kafka, error, sizeof(error)) > 0)
 	{
+		bool		recreated = w->topic_missing ||
+			(w->topic_returned_at != 0 && now - w->topic_returned_at < SDP_TOPIC_RETURN_MS * (int64) 1000);
 		char	   *msg = psprintf("messages the flow had not read are no longer on the broker (%s): %s",
-									   w->topic_missing || w->topic_returned ? "the topic was deleted and created again" : "retention",
-									   error);
+								   recreated ? "the topic was deleted and created again" : "retention",
+								   error);
 
 		ereport(LOG, (errmsg("sdp flow \"%s\": %s", w->args.name, msg)));
 		sdp_worker_set_error(w, msg);
-		w->topic_returned = false;
 	}
 
 	if (now >= w->next_watermarks)

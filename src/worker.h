@@ -158,7 +158,7 @@ typedef struct FlowWorker
 	int			npartitions;	/* this worker's (sdp_worker_owns_partition) */
 	int			share_missing;	/* partitions of its share the topic does not have (yet) */
 	bool		topic_missing;	/* the broker answers but no longer has the topic (deleted) */
-	bool		topic_returned; /* ... and it had, then had it again (created again) */
+	TimestampTz topic_returned_at;	/* ... and it had, then had it again (created again): when */
 	TimestampTz topic_gone_at;	/* when the flow's status said it was gone */
 	int32	   *partitions;		/* sorted */
 	int64	   *next_offset;	/* per partition: next offset to read (committed) */
