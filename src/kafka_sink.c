@@ -1053,7 +1053,7 @@ readback_partition(KafkaRelay *r, rd_kafka_t *reader, int32 p, int64 *last, char
 				if (stable_at >= 0 && eof_at >= 0 && eof_at < stable_at)
 					*error = psprintf("sink \"%s\": reading back partition %d: timed out: read_committed ends at offset " INT64_FORMAT
 									  " (the last stable offset), below the end " INT64_FORMAT
-									  ", behind a Kafka transaction still open there (another producer's; or, if it stays, a hanging transaction: Kafka's kafka-transactions.sh find-hanging and abort)",
+									  ", behind a Kafka transaction still open there (another producer's; or, if it stays, a hanging transaction, which Kafka's kafka-transactions.sh find-hanging shows: its abort discards that transaction's messages in the partition, and they may be rows this relay counts as produced)",
 									  r->def.name, p, eof_at, stable_at);
 				else
 					*error = psprintf("sink \"%s\": reading back partition %d: timed out", r->def.name, p);

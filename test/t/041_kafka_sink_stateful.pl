@@ -13,6 +13,15 @@
 # keyed by zone goes from one worker to two during the outage: each zone's
 # messages keep the order of its source partition (the new worker waits
 # until the rows the old one left are out).
+#
+# On Apache Kafka the sink's broker is stopped (SIGSTOP) for the outage,
+# not killed: a SIGKILL there left a hanging transaction in about one run
+# in six (a partition's batch without its commit marker, while the
+# transaction coordinator had recorded the commit; librdkafka speaks no
+# KIP-890), which holds read_committed readers, the relay's read-back
+# among them, below it for good; and Kafka's remedy, kafka-transactions.sh
+# abort, discarded rows the relay counted as produced (zone z8's counts
+# 42 to 52, 2026-12-03).  README, Limitations.  Test 038 kills the broker.
 use strict;
 use warnings FATAL => 'all';
 use lib 'test/perl';
@@ -80,7 +89,8 @@ pass('crash 2, soon after the restart');
 ok(SdpTest::wait_consumed($node, 'zone_counts', $total_in), 'caught up');
 
 # the sink's broker goes away: each worker keeps the rows of its last batch in the outbox
-$snk->down;
+my $apache = SdpKafka::kind() eq 'apache';
+$apache ? $snk->pause : $snk->down;
 chunk(30);
 ok(SdpTest::wait_for($node, "SELECT count(DISTINCT worker) = 2 FROM sdp.outbox o JOIN sdp.flows f ON f.id = o.flow_id "
 	  . "WHERE f.name = 'zone_counts'"),
@@ -100,7 +110,7 @@ ok($node->wait_for_log(qr/worker 0 relays the outbox rows that worker 1 of an ea
 	'one worker now: it relays the rows worker 1 left');
 is(SdpTest::query($node, "SELECT count(*) > 0 FROM sdp.outbox o JOIN sdp.flows f ON f.id = o.flow_id "
 	  . "WHERE f.name = 'zone_counts' AND worker = 1"), 't', 'still in the outbox');
-$snk->up;
+$apache ? $snk->resume : $snk->up;
 ok(SdpTest::wait_for($node, "SELECT count(*) = 0 FROM sdp.outbox o JOIN sdp.flows f ON f.id = o.flow_id "
 	  . "WHERE f.name = 'zone_counts' AND worker = 1"), 'sink back: worker 1\'s rows produced');
 chunk(30);
