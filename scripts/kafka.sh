@@ -170,8 +170,13 @@ start() {
     cp -r "$cache/template" "$dir/data"
     write_properties "$dir/server.properties" "$dir/data" "$plain" "$sasl" "$ssl" "$ctrl"
   fi
-  # its own session, so that a signal to a test's process group does not reach it
-  setsid java -Xms"$heap" -Xmx"$heap" -Dorg.slf4j.simpleLogger.showDateTime=true \
+  # the JVM options of Kafka's own bin/kafka-run-class.sh (KAFKA_JVM_PERFORMANCE_OPTS):
+  # G1 aiming at 20 ms pauses (the JVM's default aim is 200 ms); its GC log in DIR/gc.log.
+  # Its own session, so that a signal to a test's process group does not reach it.
+  setsid java -Xms"$heap" -Xmx"$heap" -server -XX:+UseG1GC -XX:MaxGCPauseMillis=20 \
+    -XX:InitiatingHeapOccupancyPercent=35 -XX:+ExplicitGCInvokesConcurrent -XX:MaxInlineLevel=15 \
+    -Xlog:gc:file="$dir/gc.log":uptime:filecount=2,filesize=5m \
+    -Djava.awt.headless=true -Dorg.slf4j.simpleLogger.showDateTime=true \
     -Dorg.slf4j.simpleLogger.dateTimeFormat=HH:mm:ss.SSS \
     -cp "$cache/libs/*" kafka.Kafka "$dir/server.properties" \
     >> "$dir/kafka.log" 2>&1 < /dev/null &
