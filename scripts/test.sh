@@ -17,15 +17,13 @@
 #              authenticate with SCRAM to Kafka 4).  A test that needs the
 #              embedded broker's fault injection says so and is skipped; the
 #              tests of Apache Kafka's semantics (test/t/1*) run here only.
-#              Not in the default passes yet (README, Contributing).
 # Each pass runs, as the postgres OS user in a scratch copy of the tree:
 #   pg_regress  sql/*.sql against expected/*.out, in a temporary instance
 #               with sdp_ext preloaded (nothing else running is touched;
 #               not in the kafka pass, which has the packaged server's);
 #   TAP         test/t/*.pl with PostgreSQL::Test::Cluster and the broker.
 #
-#   SDP_SERVERS="packaged"   run these passes only (default: "packaged cassert";
-#                            "kafka" adds the Apache Kafka pass)
+#   SDP_SERVERS="packaged"   run these passes only (default: "packaged cassert kafka")
 #   SDP_TESTS="test/t/010_append_exactly_once.pl"   only these TAP files
 #   SDP_REGRESS=0            skip pg_regress
 #   SDP_TEST_JOBS=2          TAP files run at once (prove -j; default 2: each
@@ -37,7 +35,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 . scripts/common.sh
 
-servers=${SDP_SERVERS:-packaged cassert}
+servers=${SDP_SERVERS:-packaged cassert kafka}
 
 # The dashboard's browser test (test/t/040_dashboard.pl) needs Debian's
 # chromium, a font, and Node.js with npm (it installs test/browser with npm ci).
