@@ -23,8 +23,7 @@
 #               not in the kafka pass, which has the packaged server's);
 #   TAP         test/t/*.pl with PostgreSQL::Test::Cluster and the broker.
 #
-#   SDP_SERVERS="packaged"   run these passes only (default: "packaged cassert";
-#                            "kafka" adds the Apache Kafka pass: README, Contributing)
+#   SDP_SERVERS="packaged"   run these passes only (default: "packaged cassert kafka")
 #   SDP_TESTS="test/t/010_append_exactly_once.pl"   only these TAP files
 #   SDP_REGRESS=0            skip pg_regress
 #   SDP_TEST_JOBS=2          TAP files run at once (prove -j; default 2: each
@@ -36,7 +35,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 . scripts/common.sh
 
-servers=${SDP_SERVERS:-packaged cassert}
+servers=${SDP_SERVERS:-packaged cassert kafka}
 
 # The dashboard's browser test (test/t/040_dashboard.pl) needs Debian's
 # chromium, a font, and Node.js with npm (it installs test/browser with npm ci).
