@@ -19,7 +19,11 @@
 #                                     # where Java 17 is installed), or embedded (tools/sdp_broker,
 #                                     # librdkafka's mock cluster: no JVM, but it slows down as
 #                                     # its partitions grow: e2e latency of seconds after minutes)
-#   DEMO_SOURCE_OPTIONS='{"fetch.wait.max.ms": "100"}'   # client properties for the demo's sources
+#   DEMO_SOURCE_OPTIONS='{"fetch.wait.max.ms": "1"}'   # client properties for the demo's sources
+#                                     # (default on Apache Kafka '{"fetch.wait.max.ms": "100"}':
+#                                     # the broker answers a fetch as soon as data arrives, and
+#                                     # fetching every millisecond kept its JVM busy enough to
+#                                     # slow every Kafka transaction; on the embedded broker '{}')
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/common.sh
@@ -85,9 +89,16 @@ else
   bootstrap=$(cat "$dir/broker.addr")
 fi
 
+if [ -n "${DEMO_SOURCE_OPTIONS:-}" ]; then
+  source_options=$DEMO_SOURCE_OPTIONS
+elif [ "$broker" = kafka ]; then
+  source_options='{"fetch.wait.max.ms": "100"}'
+else
+  source_options='{}'
+fi
 sdp_log "declaring the flows (examples/flights.sql, zone congestion in two stages through Kafka) against $bootstrap"
 psql_demo -c 'CREATE EXTENSION sdp_ext' >/dev/null
-psql_demo -v ON_ERROR_STOP=1 -v bootstrap="$bootstrap" -v two_stage=1 -v source_options="${DEMO_SOURCE_OPTIONS:-{\}}" \
+psql_demo -v ON_ERROR_STOP=1 -v bootstrap="$bootstrap" -v two_stage=1 -v source_options="$source_options" \
   -f examples/flights.sql >/dev/null
 
 sdp_log "starting the dashboard"
