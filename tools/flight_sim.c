@@ -22,7 +22,12 @@
  * prove it saw every message exactly once; it comes first so that even a
  * truncated message keeps it.  poller_ts is the simulated observation time:
  * the start time plus the elapsed wall-clock time times --time-scale.  Aircraft
- * advance by the simulated time since their previous report.
+ * advance by the simulated time since their previous report.  The message's
+ * Kafka timestamp (CreateTime) is the wall-clock time of the observation on
+ * the run's own clock (the start time plus the elapsed monotonic time), not
+ * the moment librdkafka takes the message: at time scale 1 it is poller_ts
+ * exactly, however long the run is descheduled or waits on a full queue
+ * between the two (test 001).
  *
  * Everything random is drawn from --seed: the fleet (icao24, callsign,
  * squawk, routes, starting points) from per-aircraft streams, and the choice
@@ -697,6 +702,8 @@ main(int argc, char **argv)
 	{
 		Aircraft   *a = &fleet[i % opts.aircraft];
 		double		sim_now = (now - pacing.start) * opts.time_scale;
+		int64_t		observed_wall_ms = pacing.start_wall_ms +
+			(int64_t) llround((now - pacing.start) * 1000.0);
 		MalformedKind kind = MALFORMED_NONE;
 		int			variant = 0;
 		const char *squawk;
@@ -723,7 +730,8 @@ main(int argc, char **argv)
 		len = render_report(payload, sizeof(payload), a, producer.seq_start + i,
 							squawk, pacing.start_wall_ms +
 							(int64_t) llround(sim_now * 1000.0), kind, variant);
-		if (!produce_message(rk, rkt, a->icao24, payload, len))
+		if (!produce_message(rk, rkt, a->icao24, payload, len,
+							 observed_wall_ms))
 		{
 			if (kind != MALFORMED_NONE)
 				malformed--;

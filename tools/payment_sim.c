@@ -774,7 +774,8 @@ main(int argc, char **argv)
 							 &merchants[merchant_no - 1], merchant_no,
 							 clock_ms, clock_s, late,
 							 event_ts, sizeof(event_ts));
-		if (!produce_message(rk, rkt, merchants[merchant_no - 1].id, payload, len))
+		if (!produce_message(rk, rkt, merchants[merchant_no - 1].id, payload, len,
+							 0))
 			break;
 		if (sent++ == 0)
 			memcpy(first_event_ts, event_ts, sizeof(event_ts));

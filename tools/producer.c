@@ -413,12 +413,14 @@ open_producer(rd_kafka_t **rk, rd_kafka_topic_t **rkt)
 }
 
 /*
- * Enqueue one message, waiting while the local queue is full.  Returns false
- * if it could not be enqueued (a stop request while waiting, or an error).
+ * Enqueue one message, waiting while the local queue is full.  timestamp_ms
+ * is its CreateTime (milliseconds since the epoch), or 0 for the wall clock
+ * when it is enqueued.  Returns false if it could not be enqueued (a stop
+ * request while waiting, or an error).
  */
 bool
 produce_message(rd_kafka_t *rk, rd_kafka_topic_t *rkt, const char *key,
-				const char *payload, int len)
+				const char *payload, int len, int64_t timestamp_ms)
 {
 	for (;;)
 	{
@@ -429,7 +431,7 @@ produce_message(rd_kafka_t *rk, rd_kafka_topic_t *rkt, const char *key,
 								RD_KAFKA_V_KEY(key, strlen(key)),
 								RD_KAFKA_V_VALUE((void *) payload, (size_t) len),
 								RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-								RD_KAFKA_V_TIMESTAMP(0),	/* now */
+								RD_KAFKA_V_TIMESTAMP(timestamp_ms),
 								RD_KAFKA_V_END);
 		if (err == RD_KAFKA_RESP_ERR_NO_ERROR)
 			return true;

@@ -163,7 +163,8 @@ extern DeliveryStats stats;
 
 extern void open_producer(rd_kafka_t **rk, rd_kafka_topic_t **rkt);
 extern bool produce_message(rd_kafka_t *rk, rd_kafka_topic_t *rkt,
-							const char *key, const char *payload, int len);
+							const char *key, const char *payload, int len,
+							int64_t timestamp_ms);
 extern void wait_for_deliveries(rd_kafka_t *rk);
 extern void close_producer(rd_kafka_t *rk, rd_kafka_topic_t *rkt);
 

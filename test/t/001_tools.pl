@@ -139,8 +139,10 @@ for my $m (@msgs)
 	$aircraft{ $r->{icao24} }{ $r->{callsign} }++;
 	$partition_of_key{ $m->{key} }{ $m->{partition} }++;
 
-	# CreateTime, set when the message was produced: inside the run's window,
-	# and within a few ms of the simulated observation time at time scale 1
+	# CreateTime is the observation's time on the run's own clock: inside
+	# the run's window, and at time scale 1 exactly the simulated observation
+	# time (a timestamp taken when librdkafka enqueued the message strayed
+	# 103 ms from poller_ts on a busy machine, 2.8 s on a starved core)
 	$ts_outside++
 	  if $m->{timestamp_ms} < $wall_before_ms
 	  || $m->{timestamp_ms} > $wall_after_ms;
@@ -153,8 +155,7 @@ is($dup_seq, 0, 'no seq value appears twice');
 is_deeply([ sort { $a <=> $b } keys %seq_seen ], [ 0 .. 9999 ],
 	'seq values are exactly 0..9999');
 is($ts_outside, 0, 'message timestamps fall within the run');
-cmp_ok($max_ts_skew, '<=', 100,
-	"timestamp is produce time: within ${max_ts_skew} ms of poller_ts");
+is($max_ts_skew, 0, 'timestamp is the observation time: poller_ts exactly');
 cmp_ok($emergencies, '>', 0, "some emergency squawks ($emergencies)");
 cmp_ok($emergencies, '<', 500, 'but under 5%');
 cmp_ok($phase{$_} // 0, '>', 0, "aircraft in $_ (" . ($phase{$_} // 0) . ')')
