@@ -86,8 +86,8 @@ sql -c 'CREATE EXTENSION sdp_ext'
 sed -n '/^CREATE TABLE zones/,/^SELECT sdp_create_source/p' examples/flights.sql | sed '$d' | sql >/dev/null
 transform=$(sed -n '/^  transform => \$\$$/,/\$\$,$/p' examples/flights.sql | sed '1s/^  transform => \$\$//; $s/\$\$,$//')
 sql >/dev/null <<SQL
-SELECT sdp_create_source('pos', '$boot', 'pos', '{"starting_offsets": "earliest"}'::jsonb || '${CPU_SOURCE_OPTIONS:-{\}}');
-SELECT sdp_create_source('pay', '$boot', 'pay', '{"starting_offsets": "earliest"}'::jsonb || '${CPU_SOURCE_OPTIONS:-{\}}');
+SELECT sdp_create_source('pos', '$boot', 'pos', '{"starting_offsets": "earliest"}'::jsonb || '$source_options' || '${CPU_SOURCE_OPTIONS:-{\}}');
+SELECT sdp_create_source('pay', '$boot', 'pay', '{"starting_offsets": "earliest"}'::jsonb || '$source_options' || '${CPU_SOURCE_OPTIONS:-{\}}');
 SQL
 pos_schema='icao24 text, callsign text, lat float8, lon float8, baro_alt float8, vert_rate float8, squawk text, velocity float8, heading float8, poller_ts timestamptz'
 

@@ -58,7 +58,7 @@ start_with "$a"
 sql -c 'CREATE EXTENSION sdp_ext'
 sed -n '/^CREATE TABLE zones/,/^SELECT sdp_create_source/p' examples/flights.sql | sed '$d' | sql >/dev/null
 transform=$(sed -n '/^  transform => \$\$$/,/\$\$,$/p' examples/flights.sql | sed '1s/^  transform => \$\$//; $s/\$\$,$//')
-sql -c "SELECT sdp_create_source('ab', '$boot', 'ab', '{\"starting_offsets\": \"earliest\"}'::jsonb || '${AB_SOURCE_OPTIONS:-{\}}')" >/dev/null
+sql -c "SELECT sdp_create_source('ab', '$boot', 'ab', '{\"starting_offsets\": \"earliest\"}'::jsonb || '$source_options' || '${AB_SOURCE_OPTIONS:-{\}}')" >/dev/null
 stop_pg
 
 declare -A us rate

@@ -55,7 +55,7 @@ transform=$(sed -n '/^  transform => \$\$$/,/\$\$,$/p' examples/flights.sql | se
 make_flow() {  # name topic table progress_interval: the enrich flow
   sql >/dev/null <<SQL
 CREATE TABLE $3 (LIKE positions INCLUDING ALL);
-SELECT sdp_create_source('$1', '$boot', '$2');
+SELECT sdp_create_source('$1', '$boot', '$2', '$source_options');
 SELECT sdp_create_flow('$1', source => '$1', target => '$3',
   schema => 'icao24 text, callsign text, lat float8, lon float8, baro_alt float8, vert_rate float8,
              squawk text, velocity float8, heading float8, poller_ts timestamptz',
@@ -95,7 +95,7 @@ header_row() {
   printf '  %-24s %10s %10s %11s %11s %12s %14s %8s\n' "$1" "e2e P50" "e2e P99" "floor P50" "floor P99" "P99 - floor" "proc P99" "samples"
 }
 start_floor() {  # topic file -> pid in floor_pid
-  tools/kafka_floor --bootstrap "$boot" --topic "$1" --duration 8 --out "$2" > "$2.json" &
+  tools/kafka_floor "${floor_options[@]}" --bootstrap "$boot" --topic "$1" --duration 8 --out "$2" > "$2.json" &
   floor_pid=$!
   while ! grep -q ready "$2.json" 2>/dev/null; do sleep 0.05; done
 }
@@ -272,7 +272,7 @@ echo "A sink flow at 10,000 events/s (ms; to consumer = src_ts -> receipt by a r
 echo "  to commit = e2eLatencyMs of the flow's report, to the commit of its outbox rows; floor as in section 2)"
 printf '  %-24s %10s %10s %11s %11s %12s %14s %8s\n' "flow" "P50" "P99" "floor P50" "floor P99" "P99 - floor" "to commit P99" "samples"
 sql >/dev/null <<SQL
-SELECT sdp_create_source('sinkin', '$boot', 'sinkin');
+SELECT sdp_create_source('sinkin', '$boot', 'sinkin', '$source_options');
 SELECT sdp_create_sink('sinkout', '$boot', 'sinkout');
 SELECT sdp_create_flow('sink10000', source => 'sinkin', sink => 'sinkout',
   schema => 'icao24 text, callsign text, lat float8, lon float8, baro_alt float8, vert_rate float8,
@@ -282,10 +282,10 @@ SELECT sdp_create_flow('sink10000', source => 'sinkin', sink => 'sinkout',
 SQL
 wait_running sink10000 1
 wait_relay sink10000
-tools/kafka_floor --bootstrap "$boot" --topic sinkin --duration 13 --out "$dir/floorsink.txt" > "$dir/floorsink.txt.json" &
+tools/kafka_floor "${floor_options[@]}" --bootstrap "$boot" --topic sinkin --duration 13 --out "$dir/floorsink.txt" > "$dir/floorsink.txt.json" &
 floor_pid=$!
 while ! grep -q ready "$dir/floorsink.txt.json" 2>/dev/null; do sleep 0.05; done
-tools/kafka_floor --bootstrap "$boot" --topic sinkout --duration 14 --payload-ts src_ts -X isolation.level=read_committed \
+tools/kafka_floor "${floor_options[@]}" --bootstrap "$boot" --topic sinkout --duration 14 --payload-ts src_ts -X isolation.level=read_committed \
   --out "$dir/sinkcons.txt" > "$dir/sinkcons.json" &
 cons=$!
 while ! grep -q ready "$dir/sinkcons.json" 2>/dev/null; do sleep 0.05; done

@@ -18,8 +18,13 @@
 #       librdkafka's mock cluster; the default) or kafka (Apache Kafka, a
 #       single-node KRaft broker of scripts/kafka.sh, fetched once per
 #       machine, topics created with tools/kafka_admin).  Sets $boot (its
-#       address), $broker (the broker's pid, for its CPU time) and
-#       $broker_kind; the exit stops it.
+#       address), $broker (the broker's pid, for its CPU time),
+#       $broker_kind and $source_options (the JSON every benchmark source
+#       starts from: on the embedded broker {"fetch.wait.max.ms": "1"}, as
+#       librdkafka's mock answers an empty fetch only after the whole wait;
+#       on Apache Kafka {}, the extension's default of 100 ms) and
+#       floor_options (the same for tools/kafka_floor, as -X arguments); the
+#       exit stops it.
 #   wait_running PATTERN [N]   until N flows (default 1) whose names are LIKE
 #                              PATTERN run with their partitions assigned
 #   wait_relay NAME            until the sink flow NAME's relay has read its
@@ -57,7 +62,9 @@ bench_broker() {  # topic:partitions...
       broker=$!
       pids+=($broker)
       for _ in $(seq 100); do [ -s "$dir/broker.addr" ] && break; sleep 0.1; done
-      boot=$(cat "$dir/broker.addr") ;;
+      boot=$(cat "$dir/broker.addr")
+      source_options='{"fetch.wait.max.ms": "1"}'
+      floor_options=(-X fetch.wait.max.ms=1) ;;
     kafka)
       command -v java >/dev/null || sdp_install_packages openjdk-17-jre-headless
       command -v mvn >/dev/null || sdp_install_packages maven
@@ -65,7 +72,9 @@ bench_broker() {  # topic:partitions...
       bench_kafka_dir=$(mktemp -d /tmp/sdp_bench_kafka.XXXXXX)
       boot=$(bash scripts/kafka.sh start "$bench_kafka_dir" | sed -n 's/^KAFKA_PLAINTEXT=//p')
       broker=$(cat "$bench_kafka_dir/kafka.pid")
-      for t; do tools/kafka_admin --bootstrap "$boot" create "${t%%:*}" "${t##*:}" >/dev/null; done ;;
+      for t; do tools/kafka_admin --bootstrap "$boot" create "${t%%:*}" "${t##*:}" >/dev/null; done
+      source_options='{}'
+      floor_options=() ;;
     *) sdp_log "SDP_BENCH_BROKER must be embedded or kafka, not '$broker_kind'"; exit 2 ;;
   esac
   sdp_log "broker: $broker_kind at $boot"
@@ -98,7 +107,7 @@ wait_relay() {  # sink flow
 
 make_payments_flow() {  # name topic table window [workers]
   sql >/dev/null <<SQL
-SELECT sdp_create_source('$1', '$boot', '$2');
+SELECT sdp_create_source('$1', '$boot', '$2', '$source_options');
 SELECT sdp_create_window_table('$3');
 SELECT sdp_create_flow('$1', source => '$1', target => '$3',
   schema => 'merchant_id text, country text, method text, status text, amount numeric, event_ts timestamptz',

@@ -121,7 +121,8 @@ pos_schema='icao24 text, callsign text, lat float8, lon float8, baro_alt float8,
 # make_flow KIND NAME TOPIC OUT PROGRESS [SOURCE-OPTIONS]: KIND table (OUT a
 # new unindexed table) or sink (OUT the sink's topic)
 make_flow() {
-  local kind=$1 name=$2 topic=$3 out=$4 progress=$5 srcopts=${6:-'{}'}
+  local kind=$1 name=$2 topic=$3 out=$4 progress=$5
+  local srcopts=$(sql -c "SELECT '$source_options'::jsonb || '${6:-{\}}'")
   if [ "$kind" = table ]; then
     sql >/dev/null <<SQL
 CREATE TABLE $out (LIKE positions INCLUDING DEFAULTS, src_ts int8);
@@ -178,10 +179,10 @@ for rate in $rates; do
         # consumer; eos: the pipe produces in Kafka transactions, read by a read_committed consumer
         pipeout="f${rate}_$r"; pipeopt=(); consopt=()
         [ "$kind" = eos ] && { pipeout="g${rate}_$r"; pipeopt=(--transactional); consopt=(-X isolation.level=read_committed); }
-        tools/kafka_floor --bootstrap "$boot" --topic "$pipeout" --duration 14 "${consopt[@]}" --out "$dir/hop2_$name.txt" > "$dir/hop2_$name.json" &
+        tools/kafka_floor "${floor_options[@]}" --bootstrap "$boot" --topic "$pipeout" --duration 14 "${consopt[@]}" --out "$dir/hop2_$name.txt" > "$dir/hop2_$name.json" &
         hpid=$!
         while ! grep -q ready "$dir/hop2_$name.json" 2>/dev/null; do sleep 0.05; done
-        tools/kafka_floor --bootstrap "$boot" --topic "$intopic" --duration 13 --relay-to "$pipeout" "${pipeopt[@]}" > "$dir/pipe_$name.json" &
+        tools/kafka_floor "${floor_options[@]}" --bootstrap "$boot" --topic "$intopic" --duration 13 --relay-to "$pipeout" "${pipeopt[@]}" > "$dir/pipe_$name.json" &
         wpid=$!
         while ! grep -q ready "$dir/pipe_$name.json" 2>/dev/null; do sleep 0.05; done
       else
@@ -191,11 +192,11 @@ for rate in $rates; do
         wait_relay "$name"
         wpid=$(sql -c "SELECT pid FROM sdp.flow_status WHERE flow = '$name'")
       fi
-      tools/kafka_floor --bootstrap "$boot" --topic "$intopic" --duration 13 --out "$dir/floor_$name.txt" > "$dir/floor_$name.json" &
+      tools/kafka_floor "${floor_options[@]}" --bootstrap "$boot" --topic "$intopic" --duration 13 --out "$dir/floor_$name.txt" > "$dir/floor_$name.json" &
       fpid=$!
       while ! grep -q ready "$dir/floor_$name.json" 2>/dev/null; do sleep 0.05; done
       if [ "$kind" = sink ]; then
-        tools/kafka_floor --bootstrap "$boot" --topic "$o" --duration 14 --payload-ts src_ts \
+        tools/kafka_floor "${floor_options[@]}" --bootstrap "$boot" --topic "$o" --duration 14 --payload-ts src_ts \
           -X isolation.level=read_committed --out "$dir/cons_$name.txt" > "$dir/cons_$name.json" &
         cpid=$!
         while ! grep -q ready "$dir/cons_$name.json" 2>/dev/null; do sleep 0.05; done

@@ -46,7 +46,9 @@ CREATE TABLE positions (
 );
 
 -- source_options (optional, a JSON object): client properties for the
--- sources, e.g. -v source_options='{"fetch.wait.max.ms": "100"}'
+-- sources, e.g. -v source_options='{"fetch.wait.max.ms": "1"}' on the
+-- embedded broker (tools/sdp_broker), which answers a fetch that finds no
+-- data only after the whole wait (the default, 100 ms, suits Apache Kafka)
 \if :{?source_options}
 \else
 \set source_options '{}'

@@ -19,11 +19,12 @@
 #                                     # where Java 17 is installed), or embedded (tools/sdp_broker,
 #                                     # librdkafka's mock cluster: no JVM, but it slows down as
 #                                     # its partitions grow: e2e latency of seconds after minutes)
-#   DEMO_SOURCE_OPTIONS='{"fetch.wait.max.ms": "1"}'   # client properties for the demo's sources
-#                                     # (default on Apache Kafka '{"fetch.wait.max.ms": "100"}':
-#                                     # the broker answers a fetch as soon as data arrives, and
-#                                     # fetching every millisecond kept its JVM busy enough to
-#                                     # slow every Kafka transaction; on the embedded broker '{}')
+#   DEMO_SOURCE_OPTIONS='{"fetch.wait.max.ms": "5"}'   # client properties for the demo's sources
+#                                     # (default on Apache Kafka '{}', the extension's defaults:
+#                                     # fetch.wait.max.ms 100, as the broker answers a fetch as soon
+#                                     # as data arrives; on the embedded broker
+#                                     # '{"fetch.wait.max.ms": "1"}', as librdkafka's mock answers
+#                                     # an empty fetch only after the whole wait)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/common.sh
@@ -92,9 +93,9 @@ fi
 if [ -n "${DEMO_SOURCE_OPTIONS:-}" ]; then
   source_options=$DEMO_SOURCE_OPTIONS
 elif [ "$broker" = kafka ]; then
-  source_options='{"fetch.wait.max.ms": "100"}'
-else
   source_options='{}'
+else
+  source_options='{"fetch.wait.max.ms": "1"}'
 fi
 sdp_log "declaring the flows (examples/flights.sql, zone congestion in two stages through Kafka) against $bootstrap"
 psql_demo -c 'CREATE EXTENSION sdp_ext' >/dev/null

@@ -234,7 +234,8 @@ say "on the leader (node0): CREATE EXTENSION sdp_ext, the source, the table and 
 sql 0 "CREATE EXTENSION sdp_ext" >/dev/null
 sql 0 "CREATE TABLE events (seq bigint, icao24 text, lat float8, lon float8,
                             kafka_partition int, kafka_offset bigint)" >/dev/null
-sql 0 "SELECT sdp_create_source('flights', '$bootstrap', 'raw-flights')" >/dev/null
+# the embedded broker answers a fetch that finds no data only after fetch.wait.max.ms
+sql 0 "SELECT sdp_create_source('flights', '$bootstrap', 'raw-flights', '{\"fetch.wait.max.ms\": \"1\"}')" >/dev/null
 sql 0 "SELECT sdp_create_flow('events_flow', 'flights', 'events',
          'seq bigint, icao24 text, lat float8, lon float8', options => '{\"mode\": \"append\"}')" >/dev/null
 wait_until 60 sql_true 0 "SELECT state = 'running' FROM sdp.flow_status WHERE flow = 'events_flow'" ||

@@ -18,7 +18,7 @@ CREATE TABLE app_events (seq bigint, icao24 text, kafka_partition int, kafka_off
 CREATE TABLE secret (x int);
 GRANT INSERT ON app_events TO app;
 SET ROLE app;
-SELECT sdp_create_source('app_flights', '$boot', 'raw-flights', '{"sasl.password": "hunter2"}');
+SELECT sdp_create_source('app_flights', '$boot', 'raw-flights', '@{[ SdpTest::source_options(q({"sasl.password": "hunter2"})) ]}');
 SELECT sdp_create_flow('app_flow', 'app_flights', 'app_events', 'seq bigint, icao24 text');
 RESET ROLE;
 SQL

@@ -27,7 +27,7 @@ GRANT INSERT ON t_plain TO app;
 GRANT SELECT ON zones TO app;
 GRANT SELECT, INSERT, UPDATE ON zone_alerts TO app;
 SET ROLE app;
-SELECT sdp_create_source('bk', '$boot', 'bk', '{"starting_offsets": "earliest"}');
+SELECT sdp_create_source('bk', '$boot', 'bk', '@{[ SdpTest::source_options(q({"starting_offsets": "earliest"})) ]}');
 SELECT sdp_create_flow('plain', 'bk', 't_plain', 'seq bigint', options => '{"mode": "append"}');
 SELECT sdp_create_flow('zc', source => 'bk', target => 'zone_alerts',
   schema    => 'icao24 text, lat float8, lon float8',
@@ -176,7 +176,7 @@ unlike($log, qr/server process .* was terminated/, 'no server process crashed');
 # 4. An error connecting to Kafka when the worker starts is shown in the status.
 SdpTest::query($node, <<"SQL");
 CREATE TABLE t_ssl (seq bigint);
-SELECT sdp_create_source('bad_ssl', '$boot', 'bk', '{"security.protocol": "ssl", "ssl.ca.location": "/nonexistent/ca.pem"}');
+SELECT sdp_create_source('bad_ssl', '$boot', 'bk', '@{[ SdpTest::source_options(q({"security.protocol": "ssl", "ssl.ca.location": "/nonexistent/ca.pem"})) ]}');
 SELECT sdp_create_flow('bad_ssl', 'bad_ssl', 't_ssl', 'seq bigint', options => '{"mode": "append"}');
 SQL
 ok(SdpTest::wait_for($node, "SELECT last_error LIKE 'could not create Kafka consumer%' FROM sdp.flow_status WHERE flow = 'bad_ssl'"),
@@ -188,7 +188,7 @@ CREATE ROLE nolog LOGIN;
 CREATE TABLE t_nolog (seq bigint);
 GRANT INSERT ON t_nolog TO nolog;
 SET ROLE nolog;
-SELECT sdp_create_source('nolog_src', '$boot', 'bk', '{"starting_offsets": "earliest"}');
+SELECT sdp_create_source('nolog_src', '$boot', 'bk', '@{[ SdpTest::source_options(q({"starting_offsets": "earliest"})) ]}');
 SELECT sdp_create_flow('nolog_flow', 'nolog_src', 't_nolog', 'seq bigint', options => '{"mode": "append"}');
 SELECT sdp_stop_flow('nolog_flow');
 RESET ROLE;

@@ -25,9 +25,9 @@ CREATE TABLE lone (seq bigint, kafka_key text, kafka_partition int, kafka_offset
 CREATE UNIQUE INDEX ON lone (kafka_key);
 GRANT SELECT, INSERT, UPDATE ON by_key, guarded, lone TO app;
 SET ROLE app;
-SELECT sdp_create_source('keys', '$boot', 'keys', '{"starting_offsets": "earliest"}');
-SELECT sdp_create_source('rls', '$boot', 'rls', '{"starting_offsets": "earliest"}');
-SELECT sdp_create_source('lone', '$boot', 'lone', '{"starting_offsets": "earliest"}');
+SELECT sdp_create_source('keys', '$boot', 'keys', '@{[ SdpTest::source_options(q({"starting_offsets": "earliest"})) ]}');
+SELECT sdp_create_source('rls', '$boot', 'rls', '@{[ SdpTest::source_options(q({"starting_offsets": "earliest"})) ]}');
+SELECT sdp_create_source('lone', '$boot', 'lone', '@{[ SdpTest::source_options(q({"starting_offsets": "earliest"})) ]}');
 SELECT sdp_create_flow('by_key', 'keys', 'by_key', 'seq bigint', options => '{"mode": "upsert"}');
 SELECT sdp_create_flow('guarded', 'rls', 'guarded', 'seq bigint', options => '{"mode": "append"}');
 SELECT sdp_create_flow('lone', 'lone', 'lone', 'seq bigint', options => '{"mode": "append"}');

@@ -49,8 +49,8 @@ CREATE TABLE zone_alerts (zone text PRIMARY KEY, aircraft_count bigint, crowded 
 GRANT SELECT, INSERT, UPDATE ON stuck, zone_alerts TO app;
 GRANT SELECT ON zones TO app;
 SET ROLE app;
-SELECT sdp_create_source('stuck', '$boot', 'stuck', '{"starting_offsets": "earliest"}');
-SELECT sdp_create_source('zskip', '$boot', 'zskip', '{"starting_offsets": "earliest"}');
+SELECT sdp_create_source('stuck', '$boot', 'stuck', '@{[ SdpTest::source_options(q({"starting_offsets": "earliest"})) ]}');
+SELECT sdp_create_source('zskip', '$boot', 'zskip', '@{[ SdpTest::source_options(q({"starting_offsets": "earliest"})) ]}');
 SELECT sdp_create_flow('stuck', 'stuck', 'stuck', 'seq bigint', options => '{"mode": "append"}');
 SELECT sdp_create_flow('zone_flow', source => 'zskip', target => 'zone_alerts',
   schema    => 'icao24 text, lat float8, lon float8',

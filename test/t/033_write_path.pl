@@ -102,7 +102,8 @@ SdpKafka::kcat_produce(bootstrap => $boot, topic => 'latest_st', messages => \@l
 my $listener = $node->background_psql('postgres');
 $listener->query_safe('LISTEN sdp_written');
 
-my $sources = join '', map { "SELECT sdp_create_source('$_', '$boot', '$_', '{\"starting_offsets\": \"earliest\"}');\n" }
+my $source_options = SdpTest::source_options('{"starting_offsets": "earliest"}');
+my $sources = join '', map { "SELECT sdp_create_source('$_', '$boot', '$_', '$source_options');\n" }
   qw(plain checked before parted p2 vol latest latest_st);
 SdpTest::query($node, <<"SQL");
 $sources
@@ -115,7 +116,7 @@ SELECT sdp_create_flow('vol', 'vol', 'vol', 'seq bigint', options => '{"mode": "
 SELECT sdp_create_flow('latest', 'latest', 'latest', 'k text, v int', options => '{"mode": "upsert"}');
 SELECT sdp_create_flow('latest_st', 'latest_st', 'latest_st', 'k text, v int', options => '{"mode": "upsert"}');
 SET ROLE app;
-SELECT sdp_create_source('rls', '$boot', 'rls', '{"starting_offsets": "earliest"}');
+SELECT sdp_create_source('rls', '$boot', 'rls', '@{[ SdpTest::source_options(q({"starting_offsets": "earliest"})) ]}');
 SELECT sdp_create_flow('guarded', 'rls', 'guarded', 'seq bigint', options => '{"mode": "append"}');
 RESET ROLE;
 SQL

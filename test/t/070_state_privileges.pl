@@ -23,7 +23,7 @@ CREATE TABLE zone_log (zone text);
 ALTER TABLE zone_counts OWNER TO alice;
 ALTER TABLE zone_log OWNER TO alice;
 SET ROLE alice;
-SELECT sdp_create_source('alice_src', '$boot', 'zflights');
+SELECT sdp_create_source('alice_src', '$boot', 'zflights', '@{[ SdpTest::source_options() ]}');
 SELECT sdp_create_flow('alice_flow', 'alice_src', 'zone_counts', 'zone text, icao24 text',
   operator => 'active_count',
   options => '{"key": "zone", "member": "icao24", "capacity": 10, "ttl": "1 hour"}');

@@ -42,7 +42,7 @@ CREATE ROLE dave LOGIN;
 CREATE TABLE flight_rows (seq bigint, icao24 text, lat float8, baro_alt float8, kafka_partition int, kafka_offset bigint);
 ALTER TABLE flight_rows OWNER TO carol;
 SET ROLE carol;
-SELECT sdp_create_source('carol_src', '$boot', 'raw-flights', '{"sasl.password": "hunter2"}');
+SELECT sdp_create_source('carol_src', '$boot', 'raw-flights', '@{[ SdpTest::source_options(q({"sasl.password": "hunter2"})) ]}');
 SELECT sdp_create_flow('carol_flow', 'carol_src', 'flight_rows', 'seq bigint, icao24 text, lat float8, baro_alt float8');
 RESET ROLE;
 SQL
@@ -121,7 +121,7 @@ CREATE ROLE frank LOGIN IN ROLE erin;
 CREATE TABLE frank_rows (seq bigint);
 ALTER TABLE frank_rows OWNER TO frank;
 SET ROLE erin;
-SELECT sdp_create_source('erin_src', '$boot', 'other-flights');
+SELECT sdp_create_source('erin_src', '$boot', 'other-flights', '@{[ SdpTest::source_options() ]}');
 SET ROLE frank;
 SELECT sdp_create_flow('frank_flow', 'erin_src', 'frank_rows', 'seq bigint');
 RESET ROLE;
@@ -159,7 +159,7 @@ CREATE ROLE gina LOGIN;
 CREATE TABLE gina_rows (seq bigint);
 ALTER TABLE gina_rows OWNER TO gina;
 SET ROLE gina;
-SELECT sdp_create_source('gina_src', '$boot', 'other-flights');
+SELECT sdp_create_source('gina_src', '$boot', 'other-flights', '@{[ SdpTest::source_options() ]}');
 SELECT sdp_create_flow('gina_flow', 'gina_src', 'gina_rows', 'seq bigint');
 RESET ROLE;
 SQL

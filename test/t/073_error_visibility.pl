@@ -37,7 +37,7 @@ END \$\$;
 ALTER FUNCTION refuse_card() OWNER TO alice;
 CREATE TRIGGER refuse_card BEFORE INSERT ON payments FOR EACH ROW EXECUTE FUNCTION refuse_card();
 SET ROLE alice;
-SELECT sdp_create_source('pay_src', '$boot', 'payments', '{"starting_offsets": "earliest"}');
+SELECT sdp_create_source('pay_src', '$boot', 'payments', '@{[ SdpTest::source_options(q({"starting_offsets": "earliest"})) ]}');
 SELECT sdp_create_flow('pay_flow', 'pay_src', 'payments', 'card text, amount numeric');
 RESET ROLE;
 SQL

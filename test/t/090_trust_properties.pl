@@ -93,7 +93,7 @@ SdpTest::query($node, "SELECT sdp_drop_flow('plugged_flow'); SELECT sdp_drop_sou
 # --- pg_read_server_files may name a file; losing the role stops the flow ---
 SdpTest::query($node, <<"SQL");
 SET ROLE reader;
-SELECT sdp_create_source('ca_src', '$boot', 'raw-flights', '{"ssl.ca.location": "/etc/ssl/certs/ca-certificates.crt"}');
+SELECT sdp_create_source('ca_src', '$boot', 'raw-flights', '@{[ SdpTest::source_options(q({"ssl.ca.location": "/etc/ssl/certs/ca-certificates.crt"})) ]}');
 SELECT sdp_create_flow('ca_flow', 'ca_src', 'ev', 'seq bigint', options => '{"mode": "append"}');
 RESET ROLE;
 SQL
@@ -129,7 +129,7 @@ CREATE TABLE ev_m (seq bigint, kafka_partition int, kafka_offset bigint);
 GRANT INSERT ON ev_m TO mallory;
 SET sdp.allowed_hosts = 'localhost';
 SET ROLE mallory;
-SELECT sdp_create_source('near', 'localhost:$port', 'raw-flights');
+SELECT sdp_create_source('near', 'localhost:$port', 'raw-flights', '@{[ SdpTest::source_options() ]}');
 SELECT sdp_create_flow('near_flow', 'near', 'ev_m', 'seq bigint', options => '{"mode": "append"}');
 RESET ROLE;
 SQL
@@ -142,7 +142,7 @@ is(SdpTest::query($node, 'SELECT count(*) FROM ev_m'), '0', 'allowed_hosts: noth
 # a superuser's flow on the same bootstrap reaches the cluster
 SdpTest::query($node, <<"SQL");
 CREATE TABLE ev_s (seq bigint, kafka_partition int, kafka_offset bigint);
-SELECT sdp_create_source('near_su', 'localhost:$port', 'raw-flights');
+SELECT sdp_create_source('near_su', 'localhost:$port', 'raw-flights', '@{[ SdpTest::source_options() ]}');
 SELECT sdp_create_flow('near_su_flow', 'near_su', 'ev_s', 'seq bigint', options => '{"mode": "append"}');
 SQL
 ok(SdpTest::wait_for($node, 'SELECT count(*) = 300 FROM ev_s'), "a superuser's flow reaches the advertised broker");

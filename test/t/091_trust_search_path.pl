@@ -38,7 +38,7 @@ SdpTest::query($node, 'TRUNCATE trap_log');
 
 # a superuser's flow, no transform: tombstones delete by a varchar key
 SdpTest::query($node, <<"SQL");
-SELECT sdp_create_source('kv', '$boot', 'kv');
+SELECT sdp_create_source('kv', '$boot', 'kv', '@{[ SdpTest::source_options() ]}');
 CREATE TABLE kv (k varchar(20) PRIMARY KEY, v int);
 SELECT sdp_create_flow('kv_flow', 'kv', 'kv', 'k varchar(20), v int', options => '{"on_tombstone": "delete"}');
 SQL
@@ -53,7 +53,7 @@ is(SdpTest::query($node, q{SELECT count(*) FROM trap_log WHERE what = '='}), '0'
 
 # a superuser's window_agg flow grouped by two columns: the fan-out joins them
 SdpTest::query($node, <<"SQL");
-SELECT sdp_create_source('pay', '$boot', 'pay');
+SELECT sdp_create_source('pay', '$boot', 'pay', '@{[ SdpTest::source_options() ]}');
 SELECT sdp_create_window_table('pay_windows');
 SELECT sdp_create_flow('pay_agg', source => 'pay', target => 'pay_windows',
   schema => 'merchant_id text, country text, amount numeric, event_ts timestamptz', operator => 'window_agg',
@@ -81,7 +81,7 @@ SET ROLE app;
 CREATE FUNCTION app.label(bigint) RETURNS text LANGUAGE sql AS \$\$SELECT 'app'\$\$;
 CREATE FUNCTION other.label(bigint) RETURNS text LANGUAGE sql AS \$\$SELECT 'other'\$\$;
 SET search_path = app, public;
-SELECT sdp_create_source('ev', '$boot', 'ev');
+SELECT sdp_create_source('ev', '$boot', 'ev', '@{[ SdpTest::source_options() ]}');
 -- seq 2 changes the session: its role, and the search_path
 SELECT sdp_create_flow('ev_flow', 'ev', 'ev_out', 'seq bigint',
   \$\$SELECT seq, label(seq) AS label, current_user::text AS who, current_setting('search_path') AS path

@@ -18,7 +18,7 @@ my ($sboot, $oboot) = ($source->bootstrap, $sink->bootstrap);
 SdpTest::query($node, <<"SQL");
 CREATE ROLE alice LOGIN;
 SET ROLE alice;
-SELECT sdp_create_source('in', '$sboot', 'in');
+SELECT sdp_create_source('in', '$sboot', 'in', '@{[ SdpTest::source_options() ]}');
 SELECT sdp_create_sink('out', '$oboot', 'out', '{"message.max.bytes": 20000}');
 SELECT sdp_create_flow('big', 'in', NULL, 'seq bigint, pad text', 'SELECT seq, pad FROM input',
   sink => 'out', options => '{"max_batch_wait": "200 ms"}');

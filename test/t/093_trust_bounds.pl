@@ -17,8 +17,8 @@ my $broker = SdpKafka::start_broker(topics => { 'ev' => 1, 'ev2' => 1 });
 my $boot = $broker->bootstrap;
 my $node = SdpTest::new_node('trust_bounds', temp_file_limit => "'1MB'");
 SdpTest::query($node, <<"SQL");
-SELECT sdp_create_source('ev', '$boot', 'ev');
-SELECT sdp_create_source('ev2', '$boot', 'ev2');
+SELECT sdp_create_source('ev', '$boot', 'ev', '@{[ SdpTest::source_options() ]}');
+SELECT sdp_create_source('ev2', '$boot', 'ev2', '@{[ SdpTest::source_options() ]}');
 CREATE TABLE slept (seq bigint);
 SELECT sdp_create_flow('sleepy', 'ev', 'slept', 'seq bigint',
   \$\$SELECT seq FROM input, LATERAL (SELECT pg_sleep(CASE WHEN seq = 2 THEN 60 ELSE 0 END)) s\$\$,
