@@ -13,7 +13,12 @@
  *   config TOPIC name=value...                set topic configs (incremental)
  *   exists TOPIC                              exit 0 if the topic exists, 1 if not
  *   offsets TOPIC PARTITION                   print the partition's low and high
- *                                             watermarks ("LOW HIGH")
+ *                                             watermarks ("LOW HIGH"); HIGH is
+ *                                             the end as a consumer of
+ *                                             -X isolation.level sees it (default
+ *                                             read_committed: the last stable
+ *                                             offset, before any open transaction;
+ *                                             read_uncommitted: the log's end)
  *   truncate TOPIC PARTITION OFFSET           delete the partition's messages
  *                                             before OFFSET (DeleteRecords: the
  *                                             log start offset moves, as when

@@ -453,8 +453,15 @@ package SdpKafka::Apache
 	sub set_config ($self, $name, %config) { return $self->admin('config', $name, map { "$_=$config{$_}" } sort keys %config) }
 	# delete_records(TOPIC, PARTITION, OFFSET): the messages before OFFSET are
 	# gone, as when retention deletes a segment (the log start offset moves)
-	# (LOW, HIGH): the first offset a partition holds, and its end
+	# (LOW, HIGH): the first offset a partition holds, and its end as a
+	# read_committed consumer sees it (the last stable offset: before the
+	# first message of a transaction still open)
 	sub watermarks ($self, $name, $partition) { return split ' ', $self->admin('offsets', $name, $partition) }
+	# the log's end: HIGH as a read_uncommitted consumer sees it
+	sub log_end ($self, $name, $partition)
+	{
+		return (split ' ', $self->admin('-X', 'isolation.level=read_uncommitted', 'offsets', $name, $partition))[1];
+	}
 	sub delete_records ($self, $name, $partition, $offset) { return $self->admin('truncate', $name, $partition, $offset) }
 
 	# A crash (SIGKILL) and a restart on the same ports and data: the real
