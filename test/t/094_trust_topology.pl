@@ -33,13 +33,19 @@ SQL
 sub positions { return [ map { [ "a$_", qq({"icao24": "a$_", "lat": 10.5, "lon": 10.5}), undef ] } @_ ] }
 SdpKafka::kcat_produce(bootstrap => $boot, topic => 'zflights', messages => positions(1 .. 20));
 ok($node->poll_query_until('postgres', q{SELECT aircraft_count = 20 FROM zone_alerts WHERE zone = 'Z'}), 'one worker: 20 aircraft in Z');
-# A stateful flow commits its offsets with its checkpoint: once they cover
-# the 20 messages, Z's state (20) is checkpointed.  Moved to two workers
-# before that, both would replay from an older checkpoint, and the worker
-# whose first batch held Z from one of its partitions only could write
-# that partition's count (6, on the assert-enabled server) before any
-# worker had seen Z on two partitions.
-ok(SdpTest::wait_consumed($node, 'zone_congestion_flow', 20), 'and checkpointed with the offsets of all 20');
+# A stateful flow restarts from where its state was checkpointed
+# (sdp.offsets.state_offset), not from what flow_status shows consumed:
+# once the checkpoint covers the 20 messages, Z's state (20) is in
+# sdp.state_checkpoints with the partition that owns it, and a worker
+# without that partition fails at its first row of Z.  Moved to two
+# workers before that (flow_status showed all 20 consumed 50 ms after the
+# start, the first checkpoint comes after 200 ms), both replayed with no
+# state of Z, and the worker whose first batch held Z from one of its
+# partitions only wrote that partition's count (6, on the assert-enabled
+# server) before any worker had seen Z on two partitions.
+ok($node->poll_query_until('postgres', q{SELECT coalesce(sum(coalesce(o.state_offset, o.next_offset)), 0) >= 20
+       FROM sdp.offsets o JOIN sdp.flows f ON f.id = o.flow_id WHERE f.name = 'zone_congestion_flow'}),
+	'and its state checkpointed with the offsets of all 20');
 is(SdpTest::query($node, q{SELECT count(DISTINCT kafka_partition) FROM (SELECT (p->>'partition')::int AS kafka_partition
        FROM sdp.flow_status s, jsonb_array_elements(s.partitions) p WHERE s.flow = 'zone_congestion_flow' AND (p->>'committed_offset')::int > 0) x}),
 	'4', 'the aircraft came on all four partitions');
