@@ -6,8 +6,9 @@
  * as a flow's consumer (fetch.wait.max.ms=100, fetch.min.bytes=1, Nagle off,
  * manual assignment; on the embedded broker the benchmarks pass
  * -X fetch.wait.max.ms=1, as they do to their flows' sources) and records,
- * for every message, the time from its Kafka timestamp to its receipt.  That is the least any consumer of that topic can
- * see on this machine, so a flow's e2eLatencyMs is compared with it.
+ * for every message, the time from its Kafka timestamp to its receipt.  That
+ * is the least any consumer of that topic can see on this machine, so a
+ * flow's e2eLatencyMs is compared with it.
  *
  * With --payload-ts FIELD it measures a sink flow end to end instead: the
  * time is taken from the number (milliseconds since the epoch) in the
