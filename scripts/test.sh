@@ -113,6 +113,7 @@ run_suite() {
   sdp_as_postgres mkdir -p "$work/tmp"
   sdp_as_postgres env SDP_KAFKA="$kafka" TMPDIR="$work/tmp" make -C "$work" -s tapcheck PG_CONFIG="$bin/pg_config" "${prove_tests[@]}" \
       PROVE_FLAGS="-j${SDP_TEST_JOBS:-2} -I test/perl --verbose --merge" 2>&1 | tee "$tap_log"
+  local tap_rc=${PIPESTATUS[0]}
   # a test killed outright leaves its Apache Kafka broker (its own session) behind: this pass's only
   [ "$kafka" = apache ] && pkill -u postgres -f "kafka\.Kafka $work/tmp/" 2>/dev/null
   # TAP: one line per assertion at the top level of each test file; a file that
@@ -123,6 +124,21 @@ run_suite() {
   broken=$(awk '/^Test Summary Report/{s=1} s && /\(Wstat: [1-9]/{n++} END{print n+0}' "$tap_log")
   if ! grep -qE '^Result: (PASS|FAIL|NOTESTS)' "$tap_log"; then broken=$((broken + 1)); fi
   if [ "$t_fail" -eq 0 ] && [ "$broken" -gt 0 ]; then t_fail=$broken; fi
+  # A bail-out (e.g. a server that went down under a test: pg_ctl stop
+  # fails) stops prove, which still says PASS for the files it ran: each
+  # file it never started counts as a failure, and a failed make once more.
+  local planned ran
+  # shellcheck disable=SC2086 # SDP_TESTS is a list of files or patterns
+  planned=$(cd "$work" && ls -d ${SDP_TESTS:-test/t/*.pl} 2>/dev/null | wc -l)
+  ran=$(grep -oE '^test/t/[^ ]+\.pl \.\.' "$tap_log" | sort -u | wc -l)
+  if [ "$ran" -lt "$planned" ]; then
+    echo "[$label] $((planned - ran)) of $planned test files did not run"
+    t_fail=$((t_fail + planned - ran))
+  fi
+  if [ "$tap_rc" -ne 0 ] && [ "$t_fail" -eq 0 ]; then
+    echo "[$label] make tapcheck failed (status $tap_rc)"
+    t_fail=1
+  fi
 
   for d in "$work"/tmp_check/log "$work"/tmp_check_regress/log; do
     [ -d "$d" ] && [ $((r_fail + t_fail)) -gt 0 ] && { echo "--- [$label] logs in $d"; ls "$d"; }
