@@ -59,6 +59,7 @@
  */
 #include "kafka_sink.h"
 #include "json_encode.h"
+#include "kafka_client.h"
 #include "kafka_properties.h"
 
 #include <fcntl.h>
@@ -538,21 +539,6 @@ kafka_relay_others_pending(KafkaRelay *r, int64 upto)
 	return pending;
 }
 
-/* rd_kafka_new with every signal blocked, so that librdkafka's threads never take one. */
-static rd_kafka_t *
-new_client(rd_kafka_type_t type, rd_kafka_conf_t *conf, char *errstr, size_t errlen)
-{
-	sigset_t	all,
-				saved;
-	rd_kafka_t *rk;
-
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &saved);
-	rk = rd_kafka_new(type, conf, errstr, errlen);
-	pthread_sigmask(SIG_SETMASK, &saved, NULL);
-	return rk;
-}
-
 /* A client configuration: defaults, the sink's properties, then ours. */
 static rd_kafka_conf_t *
 relay_conf(KafkaRelay *r, const char *const (*ours)[2], int nours)
@@ -669,7 +655,7 @@ relay_destroy_producer(KafkaRelay *r)
 	if (r->rkt)
 		rd_kafka_topic_destroy(r->rkt);
 	if (r->rk)
-		rd_kafka_destroy(r->rk);
+		kafka_client_destroy(r->rk);
 	r->rkt = NULL;
 	r->rk = NULL;
 	r->initialized = false;
@@ -714,7 +700,7 @@ relay_create_producer(KafkaRelay *r, char **error)
 
 	rd_kafka_conf_set_dr_msg_cb(conf, relay_delivered);
 	rd_kafka_conf_set_opaque(conf, r);
-	r->rk = new_client(RD_KAFKA_PRODUCER, conf, errstr, sizeof(errstr));
+	r->rk = kafka_client_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof(errstr));
 	if (r->rk == NULL)
 	{
 		*error = psprintf("sink \"%s\": could not create the producer: %s", r->def.name, errstr);
@@ -1221,7 +1207,7 @@ relay_recover(KafkaRelay *r, char **error)
 			continue;
 		if (reader == NULL)
 		{
-			reader = new_client(RD_KAFKA_CONSUMER, relay_conf(r, ours, lengthof(ours)), errstr, sizeof(errstr));
+			reader = kafka_client_new(RD_KAFKA_CONSUMER, relay_conf(r, ours, lengthof(ours)), errstr, sizeof(errstr));
 			if (reader == NULL)
 			{
 				*error = psprintf("sink \"%s\": could not create the read-back consumer: %s", r->def.name, errstr);
@@ -1232,7 +1218,7 @@ relay_recover(KafkaRelay *r, char **error)
 		nread++;
 	}
 	if (reader)
-		rd_kafka_destroy_flags(reader, RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);
+		kafka_client_destroy(reader);
 	if (!ok)
 		return false;
 

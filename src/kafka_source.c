@@ -24,8 +24,6 @@
 
 #include <ctype.h>
 #include <fcntl.h>
-#include <pthread.h>
-#include <signal.h>
 #include <unistd.h>
 
 #include "miscadmin.h"
@@ -33,6 +31,7 @@
 #include "utils/jsonb.h"
 
 #include "dead_letter.h"
+#include "kafka_client.h"
 #include "kafka_properties.h"
 
 #define KAFKA_LOG_RING 8
@@ -297,8 +296,6 @@ kafka_source_create(const SdpSourceDef *source, const char *flow_name)
 	rd_kafka_conf_t *conf = rd_kafka_conf_new();
 	char		errstr[512];
 	char		value[256];
-	sigset_t	all,
-				saved;
 	ListCell   *lc;
 
 #define CONF_SET(k, v) \
@@ -335,11 +332,7 @@ kafka_source_create(const SdpSourceDef *source, const char *flow_name)
 	rd_kafka_conf_set_error_cb(conf, on_kafka_error);
 	rd_kafka_conf_set_log_cb(conf, on_kafka_log);
 
-	/* librdkafka's threads inherit this thread's mask: create them with every signal blocked. */
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &saved);
-	ks->rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, errstr, sizeof(errstr));
-	pthread_sigmask(SIG_SETMASK, &saved, NULL);
+	ks->rk = kafka_client_new(RD_KAFKA_CONSUMER, conf, errstr, sizeof(errstr));
 	if (ks->rk == NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_CONNECTION_FAILURE),
@@ -932,7 +925,7 @@ kafka_source_destroy(KafkaSource *ks)
 	if (ks->rkt)
 		rd_kafka_topic_destroy(ks->rkt);
 	if (ks->rk)
-		rd_kafka_destroy_flags(ks->rk, RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);
+		kafka_client_destroy(ks->rk);
 	close(ks->pipefd[0]);
 	close(ks->pipefd[1]);
 	pfree(ks);
