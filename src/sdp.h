@@ -20,6 +20,7 @@
  *	stateful.c		the operator stage, event time, checkpoints and restore
  *	operator.c		the stateful operator interface; operators/ holds the operators
  *	state_store.c	keyed operator state in shared memory (DSA + dshash)
+ *	kafka_client.c	every librdkafka client of the process (none left running into exit())
  *	kafka_source.c	librdkafka consumer of one flow
  *	kafka_properties.c	which librdkafka properties and broker hosts a role may use
  *	kafka_sink.c	a sink flow's outbox, and its relay to Kafka with a transactional producer
