@@ -52,7 +52,7 @@ PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
 # every object depends on every header: rebuild all when a struct changes
-$(OBJS): $(wildcard src/*.h)
+$(OBJS): $(wildcard src/*.h src/operators/*.h)
 
 .PHONY: tools
 tools: $(TOOLS)

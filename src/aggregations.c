@@ -71,10 +71,11 @@ read_flow(const char *flow, AggFlow *f)
 	bool		isnull;
 
 	sdp_catalog_enter(&scope);
-	SPI_execute_with_args(psprintf("SELECT owner::text, operator, schema, transform, options->>'event_time', %s, "
-								   "       coalesce((options->>'workers')::int, 1) "
-								   "FROM sdp.flows WHERE name = $1", sdp_owner_oid_sql("owner")),
-						  1, argtypes, values, NULL, true, 1);
+	if (SPI_execute_with_args(psprintf("SELECT owner::text, operator, schema, transform, options->>'event_time', %s, "
+									   "       coalesce((options->>'workers')::int, 1) "
+									   "FROM sdp.flows WHERE name = $1", sdp_owner_oid_sql("owner")),
+							  1, argtypes, values, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read flow \"%s\"", flow);
 	sdp_catalog_leave(&scope);
 	if (SPI_processed == 0)
 		ereport(ERROR,
@@ -461,8 +462,9 @@ sdp_drop_aggregation(PG_FUNCTION_ARGS)
 	values[0] = CStringGetTextDatum(flow);
 	values[1] = CStringGetTextDatum(name ? name : "");
 	sdp_catalog_enter(&scope);
-	SPI_execute_with_args("DELETE FROM sdp.aggregations WHERE flow = $1 AND name = $2",
-						  2, argtypes, values, NULL, false, 0);
+	if (SPI_execute_with_args("DELETE FROM sdp.aggregations WHERE flow = $1 AND name = $2",
+							  2, argtypes, values, NULL, false, 0) != SPI_OK_DELETE)
+		elog(ERROR, "could not drop aggregation \"%s\" of flow \"%s\"", name ? name : "", flow);
 	sdp_catalog_leave(&scope);
 	if (SPI_processed == 0)
 		ereport(ERROR,

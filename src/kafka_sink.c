@@ -707,6 +707,13 @@ relay_create_producer(KafkaRelay *r, char **error)
 		return false;
 	}
 	r->rkt = rd_kafka_topic_new(r->rk, r->def.topic, NULL);
+	if (r->rkt == NULL)
+	{
+		*error = psprintf("sink \"%s\": could not open topic \"%s\": %s", r->def.name, r->def.topic,
+						  rd_kafka_err2str(rd_kafka_last_error()));
+		relay_destroy_producer(r);
+		return false;
+	}
 	/* the delivery reports wake the worker (kafka_relay_event_fd) */
 	{
 		rd_kafka_queue_t *main_queue = rd_kafka_queue_get_main(r->rk);

@@ -271,6 +271,21 @@ on_kafka_log(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
 	ks->nlogs++;
 }
 
+/* Destroys the consumer of a source with its queue and topic handles (what kafka_source_create made of them). */
+static void
+source_destroy_client(KafkaSource *ks)
+{
+	if (ks->queue)
+		rd_kafka_queue_destroy(ks->queue);
+	if (ks->rkt)
+		rd_kafka_topic_destroy(ks->rkt);
+	if (ks->rk)
+		kafka_client_destroy(ks->rk);
+	ks->queue = NULL;
+	ks->rkt = NULL;
+	ks->rk = NULL;
+}
+
 /* An integer property of a configuration, or dflt when it cannot be read. */
 static int64
 conf_int(rd_kafka_conf_t *conf, const char *name, int64 dflt)
@@ -345,11 +360,27 @@ kafka_source_create(const SdpSourceDef *source, const char *flow_name)
 	ks->queue = rd_kafka_queue_get_consumer(ks->rk);
 	ks->topic = pstrdup(source->topic);
 	ks->rkt = rd_kafka_topic_new(ks->rk, source->topic, NULL);
+	if (ks->rkt == NULL)
+	{
+		rd_kafka_resp_err_t err = rd_kafka_last_error();
+
+		source_destroy_client(ks);
+		ereport(ERROR,
+				(errcode(ERRCODE_CONNECTION_FAILURE),
+				 errmsg("could not open topic \"%s\" of source \"%s\": %s",
+						source->topic, source->name, rd_kafka_err2str(err))));
+	}
 
 	if (pipe2(ks->pipefd, O_NONBLOCK | O_CLOEXEC) != 0)
+	{
+		int			save_errno = errno;
+
+		source_destroy_client(ks);
+		errno = save_errno;
 		ereport(ERROR,
 				(errcode_for_file_access(),
 				 errmsg("could not create pipe: %m")));
+	}
 	rd_kafka_queue_io_event_enable(ks->queue, ks->pipefd[1], "1", 1);
 	return ks;
 }
@@ -920,12 +951,7 @@ kafka_source_emit_logs(KafkaSource *ks)
 void
 kafka_source_destroy(KafkaSource *ks)
 {
-	if (ks->queue)
-		rd_kafka_queue_destroy(ks->queue);
-	if (ks->rkt)
-		rd_kafka_topic_destroy(ks->rkt);
-	if (ks->rk)
-		kafka_client_destroy(ks->rk);
+	source_destroy_client(ks);
 	close(ks->pipefd[0]);
 	close(ks->pipefd[1]);
 	pfree(ks);

@@ -610,9 +610,10 @@ sdp_assign_partitions(FlowWorker *w, int n, int32 *partitions)
 	PushActiveSnapshot(GetTransactionSnapshot());
 	sdp_catalog_enter(&scope);
 	/* a stateful flow resumes where its checkpointed state was taken */
-	SPI_execute_with_args(w->op ? "SELECT partition, coalesce(state_offset, next_offset) FROM sdp.offsets WHERE flow_id = $1"
-						  : "SELECT partition, next_offset FROM sdp.offsets WHERE flow_id = $1",
-						  1, argtypes, values, NULL, true, 0);
+	if (SPI_execute_with_args(w->op ? "SELECT partition, coalesce(state_offset, next_offset) FROM sdp.offsets WHERE flow_id = $1"
+							  : "SELECT partition, next_offset FROM sdp.offsets WHERE flow_id = $1",
+							  1, argtypes, values, NULL, true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not read the offsets of flow \"%s\"", w->args.name);
 	sdp_catalog_leave(&scope);
 	nrows = SPI_processed;
 	for (int i = 0; i < n; i++)

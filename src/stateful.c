@@ -681,25 +681,28 @@ sdp_stateful_restore(FlowWorker *w)
 		sdp_catalog_enter(&scope);
 		if (w->partitioned_state)
 		{
-			SPI_execute_with_args("SELECT min(watermark) FROM sdp.offsets WHERE flow_id = $1 "
-								  "   AND CASE WHEN $4 IS NULL THEN partition % $2 = $3 ELSE partition = ANY ($4) END",
-								  4, argtypes, values, nulls, true, 0);
+			if (SPI_execute_with_args("SELECT min(watermark) FROM sdp.offsets WHERE flow_id = $1 "
+									  "   AND CASE WHEN $4 IS NULL THEN partition % $2 = $3 ELSE partition = ANY ($4) END",
+									  4, argtypes, values, nulls, true, 0) != SPI_OK_SELECT)
+				elog(ERROR, "could not read the watermarks of flow \"%s\"", w->args.name);
 			if (SPI_processed == 1)
 				wm = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &wm_null);
 		}
 		/* none recorded per partition yet (a checkpoint before 0.3): the flow's */
 		if (wm_null)
 		{
-			SPI_execute_with_args("SELECT watermark FROM sdp.flows WHERE id = $1", 1, argtypes, values, nulls, true, 0);
+			if (SPI_execute_with_args("SELECT watermark FROM sdp.flows WHERE id = $1", 1, argtypes, values, nulls, true, 0) != SPI_OK_SELECT)
+				elog(ERROR, "could not read the watermark of flow \"%s\"", w->args.name);
 			if (SPI_processed == 1)
 				wm = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &wm_null);
 		}
 		if (!wm_null)
 			w->opctx->watermark = DatumGetTimestampTz(wm);
-		SPI_execute_with_args("SELECT partition, max_event_time FROM sdp.offsets "
-							  " WHERE flow_id = $1 AND max_event_time IS NOT NULL "
-							  "   AND CASE WHEN $4 IS NULL THEN partition % $2 = $3 ELSE partition = ANY ($4) END",
-							  4, argtypes, values, nulls, true, 0);
+		if (SPI_execute_with_args("SELECT partition, max_event_time FROM sdp.offsets "
+								  " WHERE flow_id = $1 AND max_event_time IS NOT NULL "
+								  "   AND CASE WHEN $4 IS NULL THEN partition % $2 = $3 ELSE partition = ANY ($4) END",
+								  4, argtypes, values, nulls, true, 0) != SPI_OK_SELECT)
+			elog(ERROR, "could not read the event times of flow \"%s\"", w->args.name);
 		sdp_catalog_leave(&scope);
 		for (uint64 i = 0; i < SPI_processed; i++)
 		{

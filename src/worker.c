@@ -377,8 +377,9 @@ worker_fail(FlowWorker *w, const char *message)
 	sdp_catalog_enter(&scope);
 	values[0] = Int64GetDatum(w->args.flow_id);
 	values[1] = CStringGetTextDatum(message);
-	SPI_execute_with_args("UPDATE sdp.flows SET failed_at = now(), last_error = $2 WHERE id = $1",
-						  2, argtypes, values, NULL, false, 0);
+	if (SPI_execute_with_args("UPDATE sdp.flows SET failed_at = now(), last_error = $2 WHERE id = $1",
+							  2, argtypes, values, NULL, false, 0) != SPI_OK_UPDATE)
+		elog(ERROR, "could not record the failure of flow \"%s\"", w->args.name);
 	sdp_catalog_leave(&scope);
 	PopActiveSnapshot();
 	SPI_finish();
