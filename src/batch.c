@@ -179,7 +179,10 @@ decode_range(void *arg, int lo, int hi)
 	d->b->nrows = d->nrows_done;
 	d->b->dead = list_truncate(d->b->dead, d->ndead_done);
 	for (int i = lo; i < hi; i++)
+	{
+		CHECK_FOR_INTERRUPTS();	/* a cancel is not the message's fault (sdp_is_decode_error) */
 		decode_one(d, i);
+	}
 	d->nrows_done = d->b->nrows;
 	d->ndead_done = list_length(d->b->dead);
 }

@@ -71,13 +71,15 @@ sdp_is_row_error(int sqlerrcode)
 /*
  * Errors of decoding a message: decoding reads nothing but the message and
  * the declared schema, so whatever it raises is the message's fault, a
- * nesting too deep for the stack included; only running out of memory is
- * not.
+ * nesting too deep for the stack included; only running out of memory and
+ * the operator's intervention (a cancel met at the decode loop's
+ * CHECK_FOR_INTERRUPTS) are not.
  */
 bool
 sdp_is_decode_error(int sqlerrcode)
 {
-	return sqlerrcode != ERRCODE_OUT_OF_MEMORY;
+	return sqlerrcode != ERRCODE_OUT_OF_MEMORY &&
+		ERRCODE_TO_CATEGORY(sqlerrcode) != ERRCODE_OPERATOR_INTERVENTION;
 }
 
 /*

@@ -12,6 +12,7 @@
  */
 #include "operator.h"
 
+#include "miscadmin.h"
 #include "access/detoast.h"
 #include "access/htup_details.h"
 #include "catalog/pg_type.h"
@@ -576,6 +577,7 @@ sdp_operator_handle_rows(SdpOperatorContext *ctx, HeapTuple *rows, const int32 *
 		}
 		ctx->op->handle_rows(ctx, &ks, order[i]->rows, order[i]->nrows);
 		sdp_state_close_key(&ks);
+		CHECK_FOR_INTERRUPTS();	/* between keys: no key's lock is held */
 	}
 	hash_destroy(groups);
 }

@@ -669,6 +669,7 @@ sdp_stateful_restore(FlowWorker *w)
 		int32		partition = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 3, &isnull));
 
 		sdp_state_restore(w->store, key, partition, blob);
+		CHECK_FOR_INTERRUPTS();
 	}
 	/* the event-time watermark and the partitions' highest event times of the checkpoint */
 	if (w->event_time_index >= 0)
@@ -768,6 +769,7 @@ write_checkpoint(FlowWorker *w, int64 *next)
 		else
 			del_keys[ndel++] = CStringGetTextDatum(keys[i]);	/* deleted, or resting: deleted now */
 		sdp_state_close_key(&ks);
+		CHECK_FOR_INTERRUPTS();
 	}
 	Assert(w->store->nresting == 0);	/* a resting key is always dirty */
 
