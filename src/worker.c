@@ -106,6 +106,7 @@ sdp_flow_worker_main(Datum main_arg)
 	w->slot = &SdpShmem->slots[w->args.slotno];
 	w->flow_cxt = AllocSetContextCreate(TopMemoryContext, "sdp flow", ALLOCSET_DEFAULT_SIZES);
 	w->batch_cxt = AllocSetContextCreate(TopMemoryContext, "sdp batch", ALLOCSET_DEFAULT_SIZES);
+	w->periodic_cxt = AllocSetContextCreate(TopMemoryContext, "sdp periodic work", ALLOCSET_SMALL_SIZES);
 
 	/* Publish our pid; from here on our exit is reported to the launcher. */
 	now = GetCurrentTimestamp();
@@ -351,6 +352,12 @@ sdp_worker_wait(FlowWorker *w, long timeout_ms)
 					 timeout_ms, PG_WAIT_EXTENSION);
 	ResetLatch(MyLatch);
 	CHECK_FOR_INTERRUPTS();
+	/* a reload during a backoff, a restore or a broker wait applies now, not after it */
+	if (ConfigReloadPending)
+	{
+		ConfigReloadPending = false;
+		ProcessConfigFile(PGC_SIGHUP);
+	}
 	worker_check_stop_request(w);
 }
 
@@ -486,7 +493,9 @@ load_declaration(FlowWorker *w)
 			elog(ERROR, "could not read sink \"%s\"", w->sink_def.name);
 		sdp_catalog_leave(&scope);
 		if (SPI_processed == 0)
-			elog(ERROR, "sink \"%s\" of flow \"%s\" does not exist", w->sink_def.name, w->args.name);
+			ereport(ERROR,
+					(errcode(ERRCODE_UNDEFINED_OBJECT),
+					 errmsg("sink \"%s\" of flow \"%s\" does not exist", w->sink_def.name, w->args.name)));
 		oldcxt = MemoryContextSwitchTo(w->flow_cxt);
 		w->sink_def.bootstrap_servers = spi_text(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
 		w->sink_def.topic = spi_text(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
@@ -887,9 +896,27 @@ worker_topic_back(FlowWorker *w)
 	SpinLockRelease(&w->slot->mutex);
 }
 
-/* Work that is due by the clock: progress reports, watermarks, partitions, broker probes. */
+static void periodic_work_round(FlowWorker *w, TimestampTz now);
+
+/*
+ * Work that is due by the clock: progress reports, watermarks, partitions,
+ * broker probes.  What it allocates for the round (the reason of a failed
+ * probe, every 2 s while the broker is down; a message) is in a context of
+ * its own, reset after it; what lasts (the partitions taken) goes to the
+ * flow's context.
+ */
 static void
 periodic_work(FlowWorker *w, TimestampTz now)
+{
+	MemoryContext oldcxt = MemoryContextSwitchTo(w->periodic_cxt);
+
+	periodic_work_round(w, now);
+	MemoryContextSwitchTo(oldcxt);
+	MemoryContextReset(w->periodic_cxt);
+}
+
+static void
+periodic_work_round(FlowWorker *w, TimestampTz now)
 {
 	char		error[SDP_ERROR_LEN];
 	bool		down;

@@ -90,6 +90,7 @@ typedef struct FlowWorker
 	SdpFlowSlot *slot;
 	MemoryContext flow_cxt;		/* the flow's definition and plans: worker lifetime */
 	MemoryContext batch_cxt;	/* reset after every batch */
+	MemoryContext periodic_cxt;	/* reset after every round of periodic_work */
 
 	SdpSourceDef source;
 	SdpFlowOptions opts;
