@@ -25,6 +25,9 @@
  *   up ID|all            rd_kafka_mock_broker_set_up
  *   rtt ID|all MS        rd_kafka_mock_broker_set_rtt (added response delay)
  *   topic NAME PARTS     create a topic
+ *   errors API N CODE    the next N requests of Kafka API key API (e.g. 2,
+ *                        ListOffsets) fail with error CODE, whichever broker
+ *                        they reach (rd_kafka_mock_push_request_errors)
  *   quit                 stop the broker
  *
  * Each applied command is acknowledged with "ok <command>" on stdout (words
@@ -540,6 +543,26 @@ run_command(char *line)
 			return;
 		}
 		err = create_topic(words[1], (int) num);
+	}
+	else if (strcmp(words[0], "errors") == 0)
+	{
+		long		api,
+					code;
+
+		if (nwords != 4)
+		{
+			reply("error usage: errors API N CODE");
+			return;
+		}
+		if (!parse_int(words[1], 0, 100, &api) || !parse_int(words[2], 1, 100000, &num) ||
+			!parse_int(words[3], 1, 200, &code))
+		{
+			reply("error invalid API key, count or error code in \"%s\"", canonical);
+			return;
+		}
+		for (long i = 0; i < num; i++)
+			rd_kafka_mock_push_request_errors(mcluster, (int16_t) api, 1, (rd_kafka_resp_err_t) code);
+		err = RD_KAFKA_RESP_ERR_NO_ERROR;
 	}
 	else if (strcmp(words[0], "quit") == 0)
 	{
