@@ -3,7 +3,7 @@
 #   make                 the extension (needs PostgreSQL's server headers, librdkafka)
 #   make install         the extension into the PostgreSQL found by pg_config
 #   make tools           the tools in tools/ (also libjansson, libmicrohttpd, libpq)
-#   make installcheck    pg_regress (sql/, expected/) and TAP (test/t/)
+#   make installcheck    pg_regress (test/sql, test/expected) and TAP (test/t/)
 #
 # Set CI=true (as CI does) for -Werror and assertion checks.
 # Set RDKAFKA_PREFIX=DIR to build the extension and the tools against the
@@ -12,12 +12,12 @@
 
 EXTENSION = sdp_ext
 MODULE_big = sdp_ext
-OBJS = $(patsubst %.c,%.o,$(wildcard src/*.c src/operators/*.c))
+OBJS = $(patsubst %.c,%.o,$(wildcard src/*.c src/*/*.c src/*/*/*.c))
 DATA = $(wildcard sdp_ext--*.sql)
 
-REGRESS = $(patsubst sql/%.sql,%,$(sort $(wildcard sql/*.sql)))
+REGRESS = $(patsubst test/sql/%.sql,%,$(sort $(wildcard test/sql/*.sql)))
 REGRESS_OPTS = --temp-config=test/regress.conf --temp-instance=tmp_check_regress \
-	--inputdir=.
+	--inputdir=test
 
 TAP_TESTS = 1
 PROVE_TESTS = $(sort $(wildcard test/t/*.pl))
@@ -52,7 +52,7 @@ PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
 # every object depends on every header: rebuild all when a struct changes
-$(OBJS): $(wildcard src/*.h src/operators/*.h)
+$(OBJS): $(wildcard src/*.h src/*/*.h src/*/*/*.h)
 
 .PHONY: tools
 tools: $(TOOLS)

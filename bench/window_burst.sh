@@ -28,12 +28,13 @@
 #                      the two cores but do not preempt the server at each
 #                      of their wake-ups (the producer wakes 5,000 times a
 #                      second), as they would not from other machines
-#   BURST_TIMING=1     build sdp_ext with -DSDP_BURST_TIMING (src/batch.c)
+#   BURST_TIMING=1     build sdp_ext with -DSDP_BURST_TIMING (src/shmem/metrics.c)
 #                      and print, per run, medians over the bursts of the
 #                      worker's CPU time firing and writing, and of its time
-#                      waiting for a CPU and its preemptions (src/batch.o and
-#                      sdp_ext.so are removed before and after, so that no
-#                      other build keeps the instrumentation)
+#                      waiting for a CPU and its preemptions (src/worker/batch.o,
+#                      src/shmem/metrics.o and sdp_ext.so are removed before
+#                      and after, so that no other build keeps the
+#                      instrumentation)
 #   SDP_PG_BIN=DIR     use the PostgreSQL in DIR (a private copy: the
 #                      extension is installed there with its pg_config)
 #                      instead of the system's (which bench/run.sh also uses)
@@ -51,7 +52,7 @@ gen=
 
 if [ "${BURST_TIMING:-0}" = 1 ]; then
   export COPT="${COPT:-} -DSDP_BURST_TIMING"
-  rm -f src/batch.o sdp_ext.so  # PGXS keeps objects .SECONDARY: a missing one alone is not rebuilt
+  rm -f src/worker/batch.o src/shmem/metrics.o sdp_ext.so  # PGXS keeps objects .SECONDARY: a missing one alone is not rebuilt
 fi
 if [ "$SDP_PG_BIN" = "/usr/lib/postgresql/$SDP_PG_VERSION/bin" ]; then
   sdp_install_packages
@@ -64,7 +65,7 @@ fi
 
 bench_server burst 'track_commit_timestamp = on'
 [ -n "${BURST_LOG:-}" ] && bench_on_exit='cp "$dir/postgres.log" "$BURST_LOG"'
-[ "${BURST_TIMING:-0}" = 1 ] && bench_on_exit="${bench_on_exit:-true}; rm -f src/batch.o sdp_ext.so"
+[ "${BURST_TIMING:-0}" = 1 ] && bench_on_exit="${bench_on_exit:-true}; rm -f src/worker/batch.o src/shmem/metrics.o sdp_ext.so"
 bench_start
 
 topics=()

@@ -18,7 +18,7 @@
 #              embedded broker's fault injection says so and is skipped; the
 #              tests of Apache Kafka's semantics (test/t/1*) run here only.
 # Each pass runs, as the postgres OS user in a scratch copy of the tree:
-#   pg_regress  sql/*.sql against expected/*.out, in a temporary instance
+#   pg_regress  test/sql/*.sql against test/expected/*.out, in a temporary instance
 #               with sdp_ext preloaded (nothing else running is touched;
 #               not in the kafka pass, which has the packaged server's);
 #   TAP         test/t/*.pl with PostgreSQL::Test::Cluster and the broker.

@@ -1,0 +1,133 @@
+/*
+ * flow.h
+ *		A flow's declaration: its source, options and input schema, as read
+ *		from the catalogs and validated by sdp_create_flow and by the worker.
+ *		Types only: flow_options.h, input_schema.h and catalog.h declare the
+ *		functions of this folder.
+ */
+#ifndef SDP_FLOW_H
+#define SDP_FLOW_H
+
+#include "sdp.h"
+
+#include "access/tupdesc.h"
+#include "fmgr.h"
+#include "nodes/pg_list.h"
+#include "utils/jsonb.h"
+
+typedef enum SdpWriteMode
+{
+	SDP_MODE_UPSERT,
+	SDP_MODE_APPEND
+} SdpWriteMode;
+
+typedef enum SdpOnError
+{
+	SDP_ON_ERROR_DEAD_LETTER,
+	SDP_ON_ERROR_SKIP,
+	SDP_ON_ERROR_FAIL
+} SdpOnError;
+
+/* What a flow does with a tombstone (a message with a key and no value). */
+typedef enum SdpOnTombstone
+{
+	SDP_TOMBSTONE_DEAD_LETTER,
+	SDP_TOMBSTONE_SKIP,
+	SDP_TOMBSTONE_DELETE		/* upsert: delete the target row whose primary key is the message key */
+} SdpOnTombstone;
+
+/* Options of a flow (sdp_create_flow's options), with their defaults applied. */
+typedef struct SdpFlowOptions
+{
+	bool		mode_given;		/* mode was set explicitly */
+	SdpWriteMode mode;
+	SdpOnError	on_error;
+	SdpOnTombstone on_tombstone;
+	int			workers;		/* background workers, each consuming its share of the partitions */
+	int			nshare;			/* option partitions: how many; 0 = every partition of the topic */
+	int32	   *share;			/* ... the partition numbers, sorted */
+	int			checkpoint_interval_ms;
+	char	   *synchronous_commit;
+	int			max_batch_rows;
+	int			max_batch_kb;	/* a batch stops growing past this many kB of messages */
+	int			max_batch_wait_ms;
+	int			progress_interval_ms;
+	int			state_memory_limit_kb;
+	char	   *notify_channel;	/* NOTIFY this channel when a batch writes rows, or NULL */
+	char	   *sink_key;		/* a sink flow: the column that is the messages' key, or NULL */
+	char	   *search_path;	/* the transform's search_path, fixed at declaration; NULL: the owner's default (before 0.7) */
+	int			statement_timeout_ms;	/* the longest a batch's statements may run; 0: no bound */
+	Jsonb	   *operator_options;	/* the keys the flow itself does not know */
+} SdpFlowOptions;
+
+/* A Kafka source (sdp.sources), including its librdkafka properties. */
+typedef struct SdpSourceDef
+{
+	char	   *name;
+	char	   *bootstrap_servers;
+	char	   *topic;
+	char	   *owner;
+	bool		start_at_earliest;	/* starting_offsets: earliest or latest */
+	bool		start_at_time_set;	/* starting_offsets: a timestamp */
+	TimestampTz start_at_time;
+	List	   *properties;		/* librdkafka key, value pairs: List of char* */
+} SdpSourceDef;
+
+/* A Kafka sink (sdp.sinks): where a sink flow's rows are produced. */
+typedef struct SdpSinkDef
+{
+	char	   *name;
+	char	   *bootstrap_servers;
+	char	   *topic;
+	List	   *properties;		/* librdkafka producer key, value pairs: List of char* */
+} SdpSinkDef;
+
+/* How a JSON value becomes a datum of an input column. */
+typedef enum SdpDecodeKind
+{
+	SDP_DECODE_BOOL,
+	SDP_DECODE_INT2,
+	SDP_DECODE_INT4,
+	SDP_DECODE_INT8,
+	SDP_DECODE_FLOAT4,
+	SDP_DECODE_FLOAT8,
+	SDP_DECODE_TEXT,
+	SDP_DECODE_TIMESTAMPTZ,
+	SDP_DECODE_JSONB,
+	SDP_DECODE_INPUT_FUNCTION	/* any other type: its input function on the value's text */
+} SdpDecodeKind;
+
+typedef struct SdpInputColumn
+{
+	char	   *name;
+	int			namelen;		/* strlen(name) */
+	Oid			typid;
+	int32		typmod;
+	SdpDecodeKind kind;
+	FmgrInfo	infunc;
+	Oid			typioparam;
+} SdpInputColumn;
+
+/* The metadata columns every input relation ends with, in this order. */
+#define SDP_META_TOPIC		0
+#define SDP_META_PARTITION	1
+#define SDP_META_OFFSET		2
+#define SDP_META_KEY		3
+#define SDP_META_TIMESTAMP	4
+#define SDP_META_HEADERS	5		/* absent when the schema declares a field of that name */
+#define SDP_NUM_META		6
+
+/* The declared input schema: the JSON fields, then the metadata columns. */
+typedef struct SdpInputSchema
+{
+	int			ncolumns;		/* declared columns */
+	SdpInputColumn *columns;
+	TupleDesc	tupdesc;		/* ncolumns + nmeta attributes */
+	int			nmeta;			/* SDP_NUM_META, or one less: a declared kafka_headers (before 0.4) is the user's */
+	int		   *field_hint;		/* decoder: per field position, the column found there last, or -1 */
+} SdpInputSchema;
+
+/* Fields of a document whose column the decoder remembers (json_decode.c). */
+#define SDP_FIELD_HINTS 64
+
+#endif							/* SDP_FLOW_H */

@@ -1,0 +1,13 @@
+/*
+ * tombstone_delete.h
+ *		The DELETE of on_tombstone = delete (tombstone_delete.c).
+ */
+#ifndef SDP_TOMBSTONE_DELETE_H
+#define SDP_TOMBSTONE_DELETE_H
+
+#include "exec/table_write.h"
+
+extern void sdp_tombstone_prepare(const SdpFlowOptions *opts, bool has_operator, Oid target,
+								  Oid owner, SPIPlanPtr *plan);
+
+#endif							/* SDP_TOMBSTONE_DELETE_H */

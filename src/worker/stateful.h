@@ -1,0 +1,25 @@
+/*
+ * stateful.h
+ *		A flow's operator in the worker: the operator stage of the batch
+ *		pipeline, event time, checkpoints and their restore (stateful.c).
+ */
+#ifndef SDP_STATEFUL_H
+#define SDP_STATEFUL_H
+
+#include "worker/worker_internal.h"
+
+extern void sdp_stateful_start(FlowWorker *w);
+extern void sdp_stateful_prepare_plans(FlowWorker *w);
+extern void sdp_stateful_restore(FlowWorker *w);
+extern void sdp_stateful_reload_if_changed(FlowWorker *w);
+extern void sdp_stateful_begin_attempt(FlowWorker *w);
+extern void sdp_stateful_check_rows(FlowWorker *w, HeapTuple *rows, const int32 *partitions, int n);
+extern int	sdp_stateful_operate(FlowWorker *w, Batch *b, HeapTuple *rows, const int32 *partitions, int nrows,
+								 HeapTuple **emitted);
+extern void sdp_stateful_checkpoint_if_due(FlowWorker *w, Batch *b);
+extern bool sdp_stateful_work_due(FlowWorker *w, TimestampTz now);
+extern TimestampTz sdp_stateful_next_wakeup(FlowWorker *w);
+extern bool sdp_stateful_limit_error(FlowWorker *w, ErrorData *edata);
+extern void sdp_stateful_publish(FlowWorker *w, bool checkpointed);
+
+#endif							/* SDP_STATEFUL_H */

@@ -1,0 +1,126 @@
+/*
+ * tombstone.c
+ *		Tombstones (a message with a key and no value) that delete.
+ *
+ * With on_tombstone = 'delete' (upsert mode, a target whose primary key is
+ * one column, no operator) a tombstone deletes the target row whose
+ * primary key is the message key: that is what a Kafka upsert topic (a
+ * compacted one) means by it.  The decode stage makes each such tombstone
+ * an input row of its own, marked (Batch.row_tomb), so that it is isolated
+ * like the others: a key its primary key type does not take fails alone
+ * and is dead-lettered at stage 'write'.
+ *
+ * Order within a batch is kept: for a range of input rows, the keys of its
+ * tombstones are deleted first, and a row of the range whose message has
+ * the same Kafka key as a later tombstone of the range is not written (the
+ * tombstone would delete it).  Rows after a key's last tombstone are then
+ * upserted as usual, and ranges run in offset order.  So the row a key ends
+ * with is the one its last message says, tombstone or not, as long as a
+ * key's messages come on one partition (Kafka's keyed partitioning).
+ *
+ * The other settings: 'dead_letter' (the default, as a message that is not
+ * JSON) and 'skip' (counted in rows_skipped).
+ */
+#include "worker/tombstone.h"
+
+#include "access/relation.h"
+#include "access/stratnum.h"
+#include "catalog/pg_index.h"
+#include "catalog/pg_operator.h"
+#include "catalog/pg_type.h"
+#include "common/hashfn.h"
+#include "miscadmin.h"
+#include "utils/acl.h"
+#include "utils/builtins.h"
+#include "utils/lsyscache.h"
+#include "utils/rel.h"
+#include "utils/syscache.h"
+
+
+static uint32
+key_hash(const char *key, size_t len)
+{
+	return hash_bytes((const unsigned char *) key, (int) len);
+}
+
+/*
+ * Input rows [lo, hi) of a batch: delete the keys of its tombstones, and
+ * return in *keep (*nkeep of them) the other rows, less those a later
+ * tombstone of the range deletes.  Returns the number of rows deleted.
+ */
+int64
+sdp_tombstone_apply(FlowWorker *w, Batch *b, int lo, int hi, HeapTuple *keep, int *nkeep)
+{
+	int			ntomb = 0;
+	int			size = 16;
+	int		   *last;			/* hash slot -> row index of the key's last tombstone, -1 */
+	Datum	   *keys;
+	int			nkeys = 0;
+	Datum		arg;
+	int64		deleted;
+
+	*nkeep = 0;
+	for (int i = lo; i < hi; i++)
+		ntomb += b->row_tomb[i];
+	if (ntomb == 0)
+	{
+		memcpy(keep, b->rows + lo, sizeof(HeapTuple) * (hi - lo));
+		*nkeep = hi - lo;
+		return 0;
+	}
+
+	while (size < ntomb * 2)
+		size *= 2;
+	last = palloc(sizeof(int) * size);
+	for (int s = 0; s < size; s++)
+		last[s] = -1;
+	keys = palloc(sizeof(Datum) * ntomb);
+	for (int i = lo; i < hi; i++)
+	{
+		rd_kafka_message_t *m = b->msgs[b->row_msg[i]];
+		uint32		s;
+
+		if (!b->row_tomb[i])
+			continue;
+		for (s = key_hash(m->key, m->key_len) & (size - 1); last[s] >= 0; s = (s + 1) & (size - 1))
+		{
+			rd_kafka_message_t *o = b->msgs[b->row_msg[last[s]]];
+
+			if (o->key_len == m->key_len && memcmp(o->key, m->key, m->key_len) == 0)
+				break;
+		}
+		if (last[s] < 0)
+			keys[nkeys++] = PointerGetDatum(cstring_to_text_with_len(m->key, (int) m->key_len));
+		last[s] = i;
+	}
+	for (int i = lo; i < hi; i++)
+	{
+		rd_kafka_message_t *m = b->msgs[b->row_msg[i]];
+		bool		deleted_later = false;
+
+		if (b->row_tomb[i])
+			continue;
+		if (m->key != NULL)
+		{
+			for (uint32 s = key_hash(m->key, m->key_len) & (size - 1); last[s] >= 0; s = (s + 1) & (size - 1))
+			{
+				rd_kafka_message_t *o = b->msgs[b->row_msg[last[s]]];
+
+				if (o->key_len == m->key_len && memcmp(o->key, m->key, m->key_len) == 0)
+				{
+					deleted_later = last[s] > i;
+					break;
+				}
+			}
+		}
+		if (!deleted_later)
+			keep[(*nkeep)++] = b->rows[i];
+	}
+
+	arg = PointerGetDatum(construct_array(keys, nkeys, TEXTOID, -1, false, TYPALIGN_INT));
+	if (SPI_execute_plan(w->prep.tombstone_plan, &arg, NULL, false, 0) != SPI_OK_DELETE)
+		elog(ERROR, "could not delete the rows of tombstones");
+	deleted = (int64) SPI_processed;
+	pfree(last);
+	return deleted;
+}

@@ -1,0 +1,883 @@
+/*
+ * worker.c
+ *		The flow worker's life and loop: one dynamic background worker per
+ *		running flow.
+ *
+ * Started by the launcher, it connects as the flow's owner, loads the
+ * flow's declaration and plans, assigns its partitions, and loops:
+ *
+ *	wait for messages (or its latch) -> take what has arrived (a batch) ->
+ *	run the batch's pipeline (batch.c) -> act on how it ended:
+ *	committed, retry with backoff, fail the flow, or restart the worker
+ *
+ * The target rows and the offsets commit in one transaction, which is what
+ * makes a flow exactly-once: after any crash the worker seeks to the offsets
+ * that committed with the rows, so every message is in the target once.
+ */
+#include "worker/worker_internal.h"
+
+#include <time.h>
+
+#include "access/relation.h"
+#include "access/xact.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_type.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "storage/proc.h"
+#include "tcop/tcopprot.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/jsonb.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/regproc.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+
+#include "worker/batch.h"
+#include "worker/worker_slot.h"
+#include "worker/worker_start.h"
+#include "funcapi.h"
+#include "kafka/kafka_properties.h"
+#include "worker/offsets.h"
+#include "worker/skip.h"
+#include "worker/stateful.h"
+#include "decl/catalog.h"
+#include "decl/flow_options.h"
+#include "decl/input_schema.h"
+#include "shmem/metrics.h"
+#include "shmem/slots.h"
+
+/* How often the worker refreshes partition high watermarks in its slot. */
+#define SDP_WATERMARK_REFRESH_MS	500
+/* How often it looks for new partitions of its topic. */
+#define SDP_PARTITION_REFRESH_MS	30000
+/* How often it probes a broker it lost. */
+#define SDP_BROKER_PROBE_MS		2000
+/* An offset reset this soon after a deleted topic's return is the re-creation's. */
+#define SDP_TOPIC_RETURN_MS		60000
+/* Backoff before running a batch again after an error not about the data. */
+#define SDP_RETRY_MIN_MS		100
+#define SDP_RETRY_MAX_MS		30000
+#define SDP_RELAY_RETRY_MAX_MS	2000	/* the relay retries at least this often */
+/* a worker draining a backlog lingers up to this long for a fuller batch, in steps (worker_poll) */
+#define SDP_BEHIND_WAIT_MS		10
+#define SDP_BEHIND_STEP_MS		2
+
+static FlowWorker *W = NULL;
+
+static void worker_on_exit(int code, Datum arg);
+static void worker_loop(FlowWorker *w);
+static long linger_wait_ms(FlowWorker *w, long wait_ms);
+
+void
+sdp_flow_worker_main(Datum main_arg)
+{
+	FlowWorker *w;
+	TimestampTz now;
+
+	/* SIGTERM (stop, drop) ends the worker at its next CHECK_FOR_INTERRUPTS; an open batch rolls back. */
+	pqsignal(SIGTERM, die);
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	BackgroundWorkerUnblockSignals();
+
+	w = MemoryContextAllocZero(TopMemoryContext, sizeof(FlowWorker));
+	W = w;
+	memcpy(&w->args, MyBgworkerEntry->bgw_extra, sizeof(SdpWorkerArgs));
+	sdp_worker_flow_name = w->args.name;	/* its transform cannot change the flow (sdp_refuse_self_change) */
+	w->slot = &SdpShmem->slots[w->args.slotno];
+	w->flow_cxt = AllocSetContextCreate(TopMemoryContext, "sdp flow", ALLOCSET_DEFAULT_SIZES);
+	w->batch_cxt = AllocSetContextCreate(TopMemoryContext, "sdp batch", ALLOCSET_DEFAULT_SIZES);
+	w->periodic_cxt = AllocSetContextCreate(TopMemoryContext, "sdp periodic work", ALLOCSET_SMALL_SIZES);
+
+	/* Publish our pid; from here on our exit is reported to the launcher. */
+	now = GetCurrentTimestamp();
+	SpinLockAcquire(&w->slot->mutex);
+	w->slot->ctl.pid = MyProcPid;
+	w->slot->ctl.latch = MyLatch;
+	w->slot->ctl.started_at = now;
+	SpinLockRelease(&w->slot->mutex);
+	before_shmem_exit(worker_on_exit, (Datum) 0);
+
+	/* Run as the flow's owner: its privileges apply to everything the flow reads and writes. */
+	BackgroundWorkerInitializeConnectionByOid(w->args.dboid, w->args.owner, 0);
+	pgstat_report_appname(MyBgworkerEntry->bgw_name);
+	SetConfigOption("application_name", MyBgworkerEntry->bgw_name, PGC_USERSET, PGC_S_SESSION);
+
+	/* a restored flow's offsets, state and target rows first (before its declaration is checked) */
+	sdp_wait_for_restore(w);
+	sdp_worker_load_flow(w);
+
+	/*
+	 * Starting until the brokers have told the topic's partitions (retrying,
+	 * with the reason, while they cannot: worker_open_source).  An error
+	 * connecting (e.g. a librdkafka property it refuses) is shown in the
+	 * status before the worker exits.
+	 */
+	PG_TRY();
+	{
+		sdp_worker_open_source(w);
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(w->flow_cxt);
+		edata = CopyErrorData();
+		sdp_worker_set_error(w, edata->message);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	sdp_worker_set_state(w, SDP_FLOW_RUNNING, false);
+	if (w->sink_def.name)
+	{
+		MemoryContext oldcxt = MemoryContextSwitchTo(w->flow_cxt);
+
+		ListCell   *lc;
+		List	   *orphans;
+
+		w->relay = kafka_relay_create(&w->sink_def, w->args.flow_id, w->args.name,
+									  w->prep.outbox_tagged ? w->args.worker_no : 0, w->prep.outbox_tagged, w->prep.outbox_skips);
+		w->relay_pending = true;	/* what an earlier worker left in the outbox */
+		w->relay_draining = true;	/* before the worker consumes */
+		/*
+		 * Rows that workers of an earlier layout with more workers left:
+		 * relayed by worker k % nworkers, under worker k's transactional.id,
+		 * before this worker writes anything (every worker of the earlier
+		 * layout has exited: the launcher starts a new layout only then).
+		 */
+		orphans = kafka_relay_orphans(w->args.flow_id, w->args.nworkers, w->args.worker_no, &w->relay_wait_seq);
+		foreach(lc, orphans)
+		{
+			w->orphan_relays = lappend(w->orphan_relays,
+									   kafka_relay_create(&w->sink_def, w->args.flow_id, w->args.name,
+														  lfirst_int(lc), true, w->prep.outbox_skips));
+			ereport(LOG,
+					(errmsg("sdp flow \"%s\" worker %d relays the outbox rows that worker %d of an earlier layout left",
+							w->args.name, w->args.worker_no, lfirst_int(lc))));
+		}
+		MemoryContextSwitchTo(oldcxt);
+		/* its delivery reports wake the worker while a transaction awaits them */
+		AddWaitEventToSet(w->wait_set, WL_SOCKET_READABLE, kafka_relay_event_fd(w->relay), NULL, NULL);
+		ereport(LOG,
+				(errmsg("sdp flow \"%s\" produces to topic \"%s\" of sink \"%s\" through its outbox",
+						w->args.name, w->sink_def.topic, w->sink_def.name),
+				 errdetail("librdkafka %s.", rd_kafka_version_str()),
+				 rd_kafka_version() < 0x02040000 ?
+				 errhint("librdkafka before 2.4 spins a thread for a millisecond in each Kafka transaction; 2.4 and later take about a third of the CPU per transaction.") : 0));
+	}
+	if (w->args.nworkers > 1)
+		ereport(LOG,
+				(errmsg("sdp flow \"%s\" worker %d of %d consuming %d of the %d partitions of topic \"%s\" into %s",
+						w->args.name, w->args.worker_no, w->args.nworkers, w->npartitions,
+						w->topic_partitions, w->source.topic, w->prep.table_write.relname)));
+	else if (w->opts.nshare > 0)
+		ereport(LOG,
+				(errmsg("sdp flow \"%s\" consuming %d of the %d partitions of topic \"%s\" (option \"partitions\") into %s",
+						w->args.name, w->npartitions, w->topic_partitions, w->source.topic, w->prep.table_write.relname)));
+	else
+		ereport(LOG,
+				(errmsg("sdp flow \"%s\" consuming topic \"%s\" (%d partitions) into %s",
+						w->args.name, w->source.topic, w->npartitions, w->prep.table_write.relname)));
+	ereport(LOG,
+			(errmsg("sdp flow \"%s\" writes into %s by %s",
+					w->args.name, w->prep.table_write.relname, sdp_table_write_path_description(&w->prep.table_write))));
+
+	worker_loop(w);
+}
+
+/* Report our exit in the slot and wake the launcher, which decides what comes next. */
+static void
+worker_on_exit(int code, Datum arg)
+{
+	SdpFlowSlot *slot = W->slot;
+	TimestampTz now;
+
+	/*
+	 * A sink's Kafka transaction left open would hold back the
+	 * read_committed consumers of its partitions until the transaction
+	 * times out (librdkafka does not end it when the producer is
+	 * destroyed).  Its rows are durable in the outbox, so committing it is
+	 * safe; if that fails, the next relay reads the topic back.  A stop or
+	 * a drop ends the worker here (SIGTERM), usually between batches while
+	 * a transaction awaits its acknowledgements.
+	 */
+	if (W->relay)
+		kafka_relay_finish(W->relay);
+
+	now = GetCurrentTimestamp();
+	SpinLockAcquire(&slot->mutex);
+	slot->ctl.pid = 0;
+	slot->ctl.latch = NULL;
+	slot->ctl.exited_at = now;
+	SpinLockRelease(&slot->mutex);
+	sdp_wake_launcher();
+}
+
+/*
+ * Wait up to timeout_ms on the worker's wait set: a message, the latch, or
+ * the relay's producer (whose queue is then served: a delivery report).
+ */
+static void
+worker_wait_events(FlowWorker *w, long timeout_ms)
+{
+	WaitEvent	event;
+
+	if (WaitEventSetWait(w->wait_set, timeout_ms, &event, 1, PG_WAIT_EXTENSION) > 0)
+	{
+		if (event.events & WL_LATCH_SET)
+			ResetLatch(MyLatch);
+		else if (w->relay && event.fd == kafka_relay_event_fd(w->relay))
+			kafka_relay_serve(w->relay);
+	}
+}
+
+/*
+ * The broker answers but no longer has the flow's topic (it was deleted
+ * under the running flow): the flow is retrying, with the reason in the
+ * status and the log, and the topic is looked for every few seconds.  The
+ * offsets stay as committed; what a topic of that name holds when it
+ * returns is read from them (an offset past its end is reset to its start
+ * and reported as the topic created again, in periodic_work).
+ */
+static void
+worker_topic_gone(FlowWorker *w, const char *error)
+{
+	char	   *msg = psprintf("the topic is gone from the broker (deleted?): %s; the flow waits for it and goes on from its committed offsets when it returns",
+							   error);
+
+	ereport(LOG,
+			(errmsg("sdp flow \"%s\": %s", w->args.name, msg),
+			 errhint("Create topic \"%s\" again, or drop the flow with sdp_drop_flow().", w->source.topic)));
+	w->topic_missing = true;
+	sdp_worker_set_error(w, msg);
+	SpinLockAcquire(&w->slot->mutex);
+	w->topic_gone_at = w->slot->ctl.last_error_at;
+	SpinLockRelease(&w->slot->mutex);
+	sdp_worker_set_state(w, SDP_FLOW_RETRYING, false);
+	pfree(msg);
+}
+
+/*
+ * The topic that was gone is back (worker_topic_gone): the flow runs on,
+ * and its status no longer says the topic is gone (unless an error came
+ * since: the offset reset of the topic created again, say).
+ */
+static void
+worker_topic_back(FlowWorker *w)
+{
+	ereport(LOG, (errmsg("sdp flow \"%s\": topic \"%s\" is back on the broker", w->args.name, w->source.topic)));
+	w->topic_missing = false;
+	w->topic_returned_at = GetCurrentTimestamp();
+	sdp_worker_set_state(w, SDP_FLOW_RUNNING, false);
+	SpinLockAcquire(&w->slot->mutex);
+	if (w->slot->ctl.last_error_at == w->topic_gone_at)
+	{
+		w->slot->ctl.last_error[0] = '\0';
+		w->slot->ctl.last_error_at = 0;
+	}
+	SpinLockRelease(&w->slot->mutex);
+}
+
+static void periodic_work_round(FlowWorker *w, TimestampTz now);
+
+/*
+ * Work that is due by the clock: progress reports, watermarks, partitions,
+ * broker probes.  What it allocates for the round (the reason of a failed
+ * probe, every 2 s while the broker is down; a message) is in a context of
+ * its own, reset after it; what lasts (the partitions taken) goes to the
+ * flow's context.
+ */
+static void
+periodic_work(FlowWorker *w, TimestampTz now)
+{
+	MemoryContext oldcxt = MemoryContextSwitchTo(w->periodic_cxt);
+
+	periodic_work_round(w, now);
+	MemoryContextSwitchTo(oldcxt);
+	MemoryContextReset(w->periodic_cxt);
+}
+
+static void
+periodic_work_round(FlowWorker *w, TimestampTz now)
+{
+	char		error[SDP_ERROR_LEN];
+	bool		down;
+
+	if (kafka_source_take_error(w->kafka, error, sizeof(error), &down))
+	{
+		sdp_worker_set_broker(w, !down && !w->topic_missing, error);
+		/* a fetch found no such topic or partition: look at the topic now */
+		if (strstr(error, "UNKNOWN_TOPIC") != NULL || strstr(error, "UNKNOWN_PARTITION") != NULL)
+			w->next_partition_refresh = now;
+	}
+	else if (!down && !w->topic_missing)
+		sdp_worker_set_broker(w, true, NULL);
+	sdp_worker_report_refused_host(w);
+
+	/*
+	 * The broker had deleted messages the flow had not read: say so,
+	 * loudly.  Within SDP_TOPIC_RETURN_MS of the topic's return, a reset is
+	 * the re-creation's: each partition is reset at its first fetch from
+	 * the new topic, not all in the same round.
+	 */
+	if (kafka_source_take_reset(w->kafka, error, sizeof(error)) > 0)
+	{
+		bool		recreated = w->topic_missing ||
+			(w->topic_returned_at != 0 && now - w->topic_returned_at < SDP_TOPIC_RETURN_MS * (int64) 1000);
+		char	   *msg = psprintf("messages the flow had not read are no longer on the broker (%s): %s",
+								   recreated ? "the topic was deleted and created again" : "retention",
+								   error);
+
+		ereport(LOG, (errmsg("sdp flow \"%s\": %s", w->args.name, msg)));
+		sdp_worker_set_error(w, msg);
+	}
+
+	if (now >= w->next_watermarks)
+	{
+		sdp_worker_publish_high_watermarks(w);
+		w->next_watermarks = TimestampTzPlusMilliseconds(now, SDP_WATERMARK_REFRESH_MS);
+	}
+
+	if (now >= w->next_progress)
+	{
+		SdpProgress *progress = palloc(sizeof(SdpProgress));
+
+		sdp_metrics_report(&w->metrics, now, progress);
+		progress->fetcher_wakes = w->fetcher_wakes;
+		SDP_SLOT_STATS_BEGIN_WRITE(w->slot);
+		w->slot->stats.progress = *progress;
+		SDP_SLOT_STATS_END_WRITE(w->slot);
+		pfree(progress);
+		kafka_source_emit_logs(w->kafka);
+		kafka_source_commit_async(w->kafka, w->npartitions, w->partitions, w->next_offset);
+		w->next_progress = TimestampTzPlusMilliseconds(now, w->opts.progress_interval_ms);
+	}
+
+	/*
+	 * A lost broker, or a topic gone, is probed with a metadata request,
+	 * which also finds new partitions.
+	 */
+	if (((kafka_source_is_down(w->kafka) || w->topic_missing) && now >= w->next_broker_probe) ||
+		now >= w->next_partition_refresh)
+	{
+		int32	   *partitions;
+		char	   *perror;
+		int			n = kafka_source_list_partitions(w->kafka, &partitions, 1000, &perror);
+
+		if (n > 0)
+		{
+			sdp_worker_set_broker(w, true, NULL);
+			if (w->topic_missing)
+				worker_topic_back(w);
+			if (n > w->topic_partitions)
+				sdp_worker_take_partitions(w, n, partitions);
+			pfree(partitions);
+		}
+		else
+		{
+			sdp_worker_set_broker(w, false, perror);
+			if (!kafka_source_is_down(w->kafka) && !w->topic_missing)
+				worker_topic_gone(w, perror);
+		}
+		w->next_broker_probe = TimestampTzPlusMilliseconds(now, SDP_BROKER_PROBE_MS);
+		w->next_partition_refresh = TimestampTzPlusMilliseconds(now, SDP_PARTITION_REFRESH_MS);
+	}
+
+	/*
+	 * The rows this worker inserted, updated and deleted are counted in its
+	 * own memory until reported: a backend reports them when idle, a
+	 * background worker only when it asks (at most once a second without
+	 * force).  Unreported, autovacuum never sees a flow's target, the
+	 * outbox or the offsets change, never vacuums nor analyzes them, and
+	 * queries on a live target are planned without statistics.
+	 */
+	pgstat_report_stat(false);
+}
+
+static long
+ms_until(TimestampTz now, TimestampTz when)
+{
+	if (when <= now)
+		return 0;
+	return (long) ((when - now + 999) / 1000);
+}
+
+/* The batch is decoded again at its next attempt, from scratch. */
+static void
+batch_decode_again(Batch *b)
+{
+	b->decoded = false;
+	b->decode_raised = false;
+	b->dead = NIL;
+	b->ndead_decode = 0;
+	b->skip_msg = NULL;
+	b->skipped = NIL;
+}
+
+/*
+ * A batch waiting to be retried takes the messages that arrived meanwhile,
+ * up to the batch's bounds: a message that fails alone, in a batch of its
+ * own, is told apart from the flow's own fault only by others that go
+ * through (batch.c).  Decoding starts again with them.
+ */
+static void
+worker_grow_batch(FlowWorker *w, Batch *b)
+{
+	size_t		bytes = 0;
+	size_t		max_bytes = (size_t) w->opts.max_batch_kb * 1024;
+	int			n;
+
+	if (b->nmsgs >= w->opts.max_batch_rows)
+		return;
+	for (int i = 0; i < b->nmsgs; i++)
+		bytes += b->msgs[i]->len + b->msgs[i]->key_len;
+	if (bytes >= max_bytes)
+		return;
+	n = kafka_source_poll(w->kafka, b->msgs + b->nmsgs, w->opts.max_batch_rows - b->nmsgs, &bytes, max_bytes);
+	if (n == 0)
+		return;
+	b->nmsgs += n;
+	batch_decode_again(b);
+}
+
+/*
+ * Run a batch through the pipeline until it commits, and act on how it
+ * ended: an error not about the messages is retried with backoff (the
+ * batch is kept in memory, and grows with what arrives), so the flow waits
+ * out a missing table or a full disk instead of losing data; the flow shows
+ * 'retrying' with the error meanwhile, and 'running' with no error again
+ * after the next commit, when the backoff starts over.
+ */
+static void
+worker_run_batch(FlowWorker *w, Batch *b)
+{
+	bool		retried = false;
+
+	for (;;)
+	{
+		char	   *message = NULL;
+		char	   *msg;
+
+		pgstat_report_activity(STATE_RUNNING, b->nmsgs > 0 ? "sdp: processing batch" : "sdp: timers and checkpoint");
+		switch (sdp_batch_run(w, b, &message))
+		{
+			case SDP_BATCH_COMMITTED:
+				w->error_backoff_ms = 0;
+				sdp_batch_account(w, b);
+				if (w->relay)
+				{
+					kafka_relay_batch_committed(w->relay);
+					if (b->rows_written > 0)
+						w->relay_pending = true;
+				}
+				/* the error of a retry, or of an earlier worker of the flow, is over */
+				if (retried)
+					sdp_worker_set_state(w, SDP_FLOW_RUNNING, true);
+				else if (!w->committed_once)
+					sdp_worker_clear_earlier_error(w);
+				w->committed_once = true;
+				pgstat_report_activity(STATE_IDLE, NULL);
+				return;
+			case SDP_BATCH_FAIL:
+				sdp_worker_fail(w, message);
+				break;
+			case SDP_BATCH_RESTART:
+				msg = psprintf("restarting from the last checkpoint after an error in the operator step: %s", message);
+				ereport(LOG, (errmsg("sdp flow \"%s\" %s", w->args.name, msg)));
+				sdp_worker_set_error(w, msg);
+				proc_exit(1);
+				break;
+			case SDP_BATCH_RETRY:
+				retried = true;
+				w->error_backoff_ms = Min(Max(w->error_backoff_ms * 2, SDP_RETRY_MIN_MS), SDP_RETRY_MAX_MS);
+				msg = psprintf("batch of %d messages not written, retrying in %d ms: %s",
+							   b->nmsgs, w->error_backoff_ms, message);
+				ereport(LOG, (errmsg("sdp flow \"%s\": %s", w->args.name, msg)));
+				sdp_worker_set_error(w, msg);
+				sdp_worker_set_state(w, SDP_FLOW_RETRYING, false);
+				pgstat_report_activity(STATE_IDLE, NULL);
+				sdp_worker_wait(w, w->error_backoff_ms);
+				/* the lag goes on growing while we wait: show it */
+				sdp_worker_publish_high_watermarks(w);
+				/* a skip request (it set our latch) applies to this batch's next attempt */
+				if (w->skips_pending)
+				{
+					sdp_skips_reload(w);
+					batch_decode_again(b);
+				}
+				worker_grow_batch(w, b);
+				break;
+		}
+	}
+}
+
+/*
+ * Messages the broker holds for the worker's partitions beyond the committed
+ * offsets, by the end offsets of the last fetch responses (no request).
+ */
+static int64
+worker_backlog(FlowWorker *w)
+{
+	int64		backlog = 0;
+
+	for (int i = 0; i < w->npartitions; i++)
+	{
+		int64		hw = kafka_source_cached_high_watermark(w->kafka, w->partitions[i]);
+
+		if (hw > w->next_offset[i])
+			backlog += hw - w->next_offset[i];
+	}
+	return backlog;
+}
+
+/*
+ * Poll what has arrived, lingering up to max_batch_wait for more when the
+ * batch is not full.
+ *
+ * A worker draining a backlog is usually faster than librdkafka's fetcher
+ * and would take a batch of the few messages fetched since its last poll,
+ * paying a transaction, its offsets and the transform's start for each
+ * few.  So when the broker holds at least as many more messages as the
+ * batch has, it lingers even with max_batch_wait 0: it sleeps in steps of
+ * SDP_BEHIND_STEP_MS, on its latch alone, while the fetcher fills the
+ * local queue, until the queue holds what the batch can still take (or
+ * all the broker has), a step brings nothing while the queue is near the
+ * limits where the fetcher rests, or SDP_BEHIND_WAIT_MS have passed; then
+ * it takes what arrived.  A slow fetcher is waited for: the batch would
+ * otherwise hold a fetch response or two.
+ * Sleeping on Kafka's pipe too would wake it (and make librdkafka's
+ * thread write to the pipe) at each fetch response, a few messages each.
+ * The messages lingered for have waited on the broker already, and the
+ * backlog drains no slower: the fetcher, not the worker, sets its pace.
+ * A worker that keeps up never lingers.
+ */
+static int
+worker_poll(FlowWorker *w)
+{
+	size_t		bytes = 0;
+	size_t		max_bytes = (size_t) w->opts.max_batch_kb * 1024;
+	int			max_rows = w->opts.max_batch_rows;
+	int			n = kafka_source_poll(w->kafka, w->poll_buf, max_rows, &bytes, max_bytes);
+	int			wait_ms = w->opts.max_batch_wait_ms;
+
+	if (n == 0 || n >= max_rows || bytes >= max_bytes)
+		return n;
+	if (wait_ms == 0)
+	{
+		int64		more = worker_backlog(w) - n;
+		int64		want = Min(more, (int64) (max_rows - n));
+		int64		queued = kafka_source_queued(w->kafka);
+		TimestampTz until;
+
+		if (more < n)
+			return n;
+		until = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), SDP_BEHIND_WAIT_MS);
+		while (queued < want)
+		{
+			long		left = ms_until(GetCurrentTimestamp(), until);
+			int64		before = queued;
+
+			if (left <= 0)
+				break;
+			if (WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						  linger_wait_ms(w, Min(left, SDP_BEHIND_STEP_MS)), PG_WAIT_EXTENSION) & WL_LATCH_SET)
+				ResetLatch(MyLatch);
+			CHECK_FOR_INTERRUPTS();
+			queued = kafka_source_queued(w->kafka);
+			if (queued <= before && kafka_source_queue_near_full(w->kafka, queued, (double) bytes / n))
+				break;
+		}
+		return n + kafka_source_poll(w->kafka, w->poll_buf + n, max_rows - n, &bytes, max_bytes);
+	}
+	else
+	{
+		TimestampTz until = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), wait_ms);
+
+		while (n < max_rows && bytes < max_bytes)
+		{
+			long		left = ms_until(GetCurrentTimestamp(), until);
+
+			if (left <= 0)
+				break;
+			worker_wait_events(w, linger_wait_ms(w, left));
+			CHECK_FOR_INTERRUPTS();
+			n += kafka_source_poll(w->kafka, w->poll_buf + n, max_rows - n, &bytes, max_bytes);
+		}
+	}
+	return n;
+}
+
+/*
+ * The local queue is empty: if librdkafka's fetcher may be at rest while
+ * the broker holds messages for us, restart it (kafka_source_wake_fetcher),
+ * rather than wait up to a second for it to wake by itself.
+ */
+static void
+wake_fetcher_if_behind(FlowWorker *w)
+{
+	if (!kafka_source_is_down(w->kafka) &&
+		kafka_source_wake_fetcher(w->kafka, w->npartitions, w->partitions))
+		w->fetcher_wakes++;
+}
+
+/* Whether a relay of this worker was fenced by another server's (kafka_relay_fenced). */
+static bool
+worker_relay_fenced(FlowWorker *w)
+{
+	ListCell   *lc;
+
+	if (kafka_relay_fenced(w->relay))
+		return true;
+	foreach(lc, w->orphan_relays)
+	{
+		if (kafka_relay_fenced((KafkaRelay *) lfirst(lc)))
+			return true;
+	}
+	return false;
+}
+
+/*
+ * A sink flow produces what its committed batches put in its outbox before
+ * it takes the next batch, so that the outbox holds at most one batch's
+ * rows while the sink can be written.  When it cannot (the sink's brokers
+ * are down), the flow consumes nothing either, and shows why; it waits with
+ * backoff, answering stop requests, and the relay goes on where it stood.
+ * A relay fenced by a newer producer of its transactional id fails the
+ * flow: that producer is another server's (kafka_relay_fenced).
+ */
+static bool
+worker_relay(FlowWorker *w)
+{
+	char	   *error = NULL;
+	MemoryContext oldcxt = MemoryContextSwitchTo(w->batch_cxt);
+	bool		done;
+	ListCell   *lc;
+
+	pgstat_report_activity(STATE_RUNNING, "sdp: producing to the sink");
+	/*
+	 * The rows of earlier workers first: a key's rows keep their order.
+	 * Before their relays read the topic back (read_committed), every
+	 * transactional id this worker relays for is fenced: a transaction
+	 * that the earlier layout's worker of this number left open (its
+	 * commit failed while the sink was down) holds the partitions' last
+	 * stable offset below the end until the broker times it out, and the
+	 * read-back would wait for it.
+	 */
+	done = w->orphan_relays == NIL || kafka_relay_fence(w->relay, &error);
+	foreach(lc, w->orphan_relays)
+	{
+		if (!done)
+			break;
+		done = kafka_relay_fence((KafkaRelay *) lfirst(lc), &error);
+	}
+	while (done && w->orphan_relays != NIL)
+	{
+		KafkaRelay *orphan = linitial(w->orphan_relays);
+
+		done = kafka_relay_drain(orphan, &error);
+		if (done)
+		{
+			kafka_relay_destroy(orphan);
+			w->orphan_relays = list_delete_first(w->orphan_relays);
+		}
+	}
+	if (done)
+		done = kafka_relay_drain(w->relay, &error);
+	pgstat_report_activity(STATE_IDLE, NULL);
+	if (done)
+	{
+		if (w->relay_backoff_ms > 0)
+			sdp_worker_set_state(w, SDP_FLOW_RUNNING, true);
+		w->relay_backoff_ms = 0;
+	}
+	else if (worker_relay_fenced(w))
+	{
+		MemoryContextSwitchTo(oldcxt);
+		sdp_worker_fail(w, error);
+	}
+	else
+	{
+		w->relay_backoff_ms = Min(Max(w->relay_backoff_ms * 2, SDP_RETRY_MIN_MS), SDP_RELAY_RETRY_MAX_MS);
+		ereport(LOG, (errmsg("sdp flow \"%s\": %s, retrying in %d ms", w->args.name, error, w->relay_backoff_ms)));
+		sdp_worker_set_error(w, error);
+		sdp_worker_set_state(w, SDP_FLOW_RETRYING, false);
+	}
+	MemoryContextSwitchTo(oldcxt);
+	MemoryContextReset(w->batch_cxt);
+	if (!done)
+		sdp_worker_wait(w, w->relay_backoff_ms);
+	return done;
+}
+
+/*
+ * Between batches: the relay goes on without waiting for Kafka
+ * (kafka_relay_pump): it commits its open transaction once the sink
+ * acknowledged every message, and produces the rows committed since in the
+ * next one, while the flow consumes.  When the sink cannot be written, the
+ * flow relays the blocking way (worker_relay), consuming nothing until the
+ * outbox is drained.
+ */
+static bool
+worker_relay_pump(FlowWorker *w)
+{
+	char	   *error = NULL;
+	MemoryContext oldcxt = MemoryContextSwitchTo(w->batch_cxt);
+	bool		ok;
+
+	SDP_PROBE_BEGIN(SDP_PROBE_CALLS);
+	ok = kafka_relay_pump(w->relay, &w->relay_pending, &error);
+	SDP_PROBE_END(SDP_PROBE_CALLS);
+	MemoryContextSwitchTo(oldcxt);
+	if (!ok)
+	{
+		ereport(LOG, (errmsg("sdp flow \"%s\": %s, relaying before consuming again", w->args.name, error)));
+		w->relay_draining = true;
+	}
+	MemoryContextReset(w->batch_cxt);
+	return ok;
+}
+
+/*
+ * A wait of a worker lingering for a fuller batch (worker_poll): while its
+ * relay has a Kafka transaction open, the transaction is committed as soon
+ * as the sink has acknowledged it, not after the linger and the next batch
+ * (a cluster's read_committed consumers see its rows only then), and the
+ * wait lasts at most a step of the linger of a worker behind.  An error
+ * hands the relay over to the blocking way before the next poll.
+ */
+static long
+linger_wait_ms(FlowWorker *w, long wait_ms)
+{
+	if (w->relay == NULL || w->relay_draining || !kafka_relay_busy(w->relay))
+		return wait_ms;
+	(void) worker_relay_pump(w);	/* the batch's memory holds nothing yet */
+	if (!w->relay_draining && kafka_relay_busy(w->relay))
+		return Min(wait_ms, SDP_BEHIND_STEP_MS);
+	return wait_ms;
+}
+
+static void
+worker_loop(FlowWorker *w)
+{
+	TimestampTz now = GetCurrentTimestamp();
+
+	w->next_progress = TimestampTzPlusMilliseconds(now, w->opts.progress_interval_ms);
+	w->next_watermarks = now;
+	w->next_partition_refresh = TimestampTzPlusMilliseconds(now, SDP_PARTITION_REFRESH_MS);
+	w->next_broker_probe = now;
+
+	for (;;)
+	{
+		int			n;
+
+		CHECK_FOR_INTERRUPTS();
+		sdp_worker_check_stop_request(w);
+		if (w->skips_pending)
+			sdp_skips_reload(w);
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+		}
+		if (w->prep.op)
+			sdp_stateful_reload_if_changed(w);
+		if (w->relay_draining)
+		{
+			SDP_PROBE_BEGIN(SDP_PROBE_STALL);
+			if (!worker_relay(w))
+				continue;
+			SDP_PROBE_END(SDP_PROBE_STALL);
+			w->relay_pending = false;
+			w->relay_draining = false;
+		}
+		if (w->relay_wait_seq > 0)
+		{
+			/*
+			 * At start, the rows other workers left (workers of an earlier
+			 * layout, whose partitions this one may now consume) are
+			 * produced first, by their relays: a key's messages keep their
+			 * order when its partition moves between workers.
+			 */
+			if (kafka_relay_others_pending(w->relay, w->relay_wait_seq))
+			{
+				pgstat_report_activity(STATE_IDLE, "sdp: waiting for the outbox rows of other workers");
+				sdp_worker_wait(w, 10);
+				continue;
+			}
+			w->relay_wait_seq = 0;
+		}
+		if (w->relay && (w->relay_pending || kafka_relay_busy(w->relay)) && !worker_relay_pump(w))
+			continue;
+
+		n = worker_poll(w);
+		now = GetCurrentTimestamp();
+		/* a batch of messages, or a stateful flow's due timers and checkpoint without input */
+		if (n > 0 || (w->prep.op && sdp_stateful_work_due(w, now)))
+		{
+			MemoryContext oldcxt = MemoryContextSwitchTo(w->batch_cxt);
+			Batch		batch;
+
+			memset(&batch, 0, sizeof(batch));
+			batch.nmsgs = n;
+			batch.msgs = w->poll_buf;
+			batch.read_us = sdp_unix_now_us();
+			SDP_PROBE_BEGIN(SDP_PROBE_BATCH);
+			worker_run_batch(w, &batch);
+			SDP_PROBE_END(SDP_PROBE_BATCH);
+			n = batch.nmsgs;	/* a retried batch may have grown */
+			for (int i = 0; i < n; i++)
+				rd_kafka_message_destroy(w->poll_buf[i]);
+			MemoryContextSwitchTo(oldcxt);
+			MemoryContextReset(w->batch_cxt);
+			now = GetCurrentTimestamp();
+		}
+		periodic_work(w, now);
+
+		if (n == 0)
+			wake_fetcher_if_behind(w);
+
+		/* idle: the produced rows that no batch deleted go (other workers wait for them at their start) */
+		if (n == 0 && w->relay)
+		{
+			TimestampTz due = kafka_relay_delete_due(w->relay);
+
+			if (due != 0 && due <= now)
+				kafka_relay_delete_committed(w->relay);
+		}
+
+		if (n == 0)
+		{
+			/* Nothing arrived: sleep until a message, the latch, or the next periodic work. */
+			TimestampTz next = Min(w->next_progress, w->next_watermarks);
+
+			if (w->prep.op)
+				next = Min(next, sdp_stateful_next_wakeup(w));
+			if (kafka_source_is_down(w->kafka))
+				next = Min(next, w->next_broker_probe);
+			next = Min(next, w->next_partition_refresh);
+			if (w->relay)
+			{
+				TimestampTz due = kafka_relay_delete_due(w->relay);
+
+				if (due != 0)
+					next = Min(next, due);
+				/*
+				 * A transaction in flight: its delivery reports wake the
+				 * worker (then it commits), or its deadline does.
+				 */
+				if (kafka_relay_busy(w->relay))
+					next = Min(next, kafka_relay_ack_deadline(w->relay));
+				else if (w->relay_pending)
+					next = Min(next, TimestampTzPlusMilliseconds(now, 1));
+			}
+			worker_wait_events(w, ms_until(now, next));
+		}
+	}
+}
