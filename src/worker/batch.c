@@ -55,6 +55,9 @@
 #include "decl/catalog.h"
 #include "shmem/metrics.h"
 
+/* The NOTIFY of option notify, prepared once per worker (sdp_batch_prepare). */
+static SPIPlanPtr notify_plan = NULL;
+
 /* The statements a batch runs besides the flow's own (in a catalog scope, with SPI connected). */
 void
 sdp_batch_prepare(FlowWorker *w)
@@ -65,13 +68,11 @@ sdp_batch_prepare(FlowWorker *w)
 	{
 		Oid			types[2] = {TEXTOID, TEXTOID};
 
-		w->notify_plan = SPI_prepare("SELECT pg_notify($1, $2)", 2, types);
-		if (w->notify_plan == NULL)
+		notify_plan = SPI_prepare("SELECT pg_notify($1, $2)", 2, types);
+		if (notify_plan == NULL)
 			elog(ERROR, "could not prepare NOTIFY: %s", SPI_result_code_string(SPI_result));
-		SPI_keepplan(w->notify_plan);
+		SPI_keepplan(notify_plan);
 	}
-	if (w->prep.op)
-		sdp_stateful_prepare_plans(w);
 }
 
 /* ---- decode ---- */
@@ -84,6 +85,7 @@ typedef struct DecodeRun
 	Datum	   *values;
 	bool	   *nulls;
 	Datum		topic;
+	int			event_time_index;	/* the operator's event-time column in the input schema, -1: none */
 	int			nrows_done;		/* rows of the messages decoded and kept so far */
 	int			ndead_done;		/* and the messages set aside so far */
 } DecodeRun;
@@ -129,13 +131,13 @@ decode_one(DecodeRun *d, int i)
 		sdp_dead_letter_add(b, m, "decode", error, sqlstate);
 		return;
 	}
-	if (w->prep.op && w->event_time_index >= 0 && !nulls[w->event_time_index] &&
-		!sdp_event_time_usable(DatumGetTimestampTz(values[w->event_time_index])))
+	if (d->event_time_index >= 0 && !nulls[d->event_time_index] &&
+		!sdp_event_time_usable(DatumGetTimestampTz(values[d->event_time_index])))
 	{
 		sdp_dead_letter_add(b, m, "decode",
 							psprintf("field \"%s\": event time %s is outside the range windows and watermarks can hold (%s to %s)",
-									 w->prep.schema->columns[w->event_time_index].name,
-									 sdp_timestamp_text(DatumGetTimestampTz(values[w->event_time_index])),
+									 w->prep.schema->columns[d->event_time_index].name,
+									 sdp_timestamp_text(DatumGetTimestampTz(values[d->event_time_index])),
 									 sdp_timestamp_text(MIN_TIMESTAMP + SDP_EVENT_TIME_MARGIN_US),
 									 sdp_timestamp_text(END_TIMESTAMP - SDP_EVENT_TIME_MARGIN_US - 1)),
 							ERRCODE_DATETIME_VALUE_OUT_OF_RANGE);
@@ -220,6 +222,7 @@ stage_decode(FlowWorker *w, Batch *b, bool isolate)
 	d.values = palloc(sizeof(Datum) * w->prep.schema->tupdesc->natts);
 	d.nulls = palloc(sizeof(bool) * w->prep.schema->tupdesc->natts);
 	d.topic = CStringGetTextDatum(w->source.topic);
+	d.event_time_index = sdp_stateful_event_time_index(w);
 	d.nrows_done = 0;
 	d.ndead_done = 0;
 
@@ -335,15 +338,15 @@ transform_for_operator(void *arg, int lo, int hi)
 	int			nall = 0;
 
 	r->stage = "transform";
-	if (r->w->opctx->partition_index >= 0)
+	if (sdp_stateful_rows_know_partition(r->w))
 	{
 		/* the operator's rows say their partition: one run */
 		nall = sdp_transform_run(&r->w->prep.transform, r->b->rows + lo, hi - lo, &all);
 		parts = palloc(sizeof(int32) * (nall + 1));
 		for (int i = 0; i < nall; i++)
-			parts[i] = sdp_operator_row_partition(r->w->opctx, all[i]);
+			parts[i] = sdp_stateful_row_partition(r->w, all[i]);
 	}
-	for (int start = r->w->opctx->partition_index >= 0 ? hi : lo; start < hi;)
+	for (int start = sdp_stateful_rows_know_partition(r->w) ? hi : lo; start < hi;)
 	{
 		int32		p = r->b->msgs[r->b->row_msg[start]]->partition;
 		int			end = start + 1;
@@ -463,9 +466,9 @@ bad_unit(StageRun *r, bool message, int i, ErrorData *edata)
 	Suspect    *s;
 
 	/* not the unit's fault but the flow's (check_ownership): the flow fails */
-	if (r->w->flow_fault != NULL)
+	if (sdp_stateful_fault(r->w) != NULL)
 	{
-		r->fail_message = r->w->flow_fault;
+		r->fail_message = (char *) sdp_stateful_fault(r->w);
 		return false;
 	}
 
@@ -640,7 +643,7 @@ stage_stateful(FlowWorker *w, Batch *b, bool isolate, char **fail_message)
 
 	r.rows = palloc(sizeof(HeapTuple));
 	r.parts = palloc(sizeof(int32));
-	if (w->opctx->partition_index < 0)
+	if (!sdp_stateful_rows_know_partition(w))
 		sort_rows_by_partition(b);
 	sdp_stateful_begin_attempt(w);
 	if (!isolate)
@@ -681,7 +684,7 @@ stage_notify(FlowWorker *w, int64 rows)
 	StringInfoData payload;
 	Datum		values[2];
 
-	if (w->notify_plan == NULL || rows <= 0)
+	if (notify_plan == NULL || rows <= 0)
 		return;
 	initStringInfo(&payload);
 	appendStringInfoString(&payload, "{\"flow\": ");
@@ -692,7 +695,7 @@ stage_notify(FlowWorker *w, int64 rows)
 	values[0] = CStringGetTextDatum(w->opts.notify_channel);
 	values[1] = CStringGetTextDatum(payload.data);
 	sdp_catalog_enter(&scope);
-	if (SPI_execute_plan(w->notify_plan, values, NULL, false, 0) != SPI_OK_SELECT)
+	if (SPI_execute_plan(notify_plan, values, NULL, false, 0) != SPI_OK_SELECT)
 		elog(ERROR, "NOTIFY %s failed", w->opts.notify_channel);
 	sdp_catalog_leave(&scope);
 	MemoryContextSwitchTo(cxt);
@@ -822,15 +825,16 @@ sdp_batch_run(FlowWorker *w, Batch *b, char **message)
 	volatile bool isolate = false;
 
 	if (b->next == NULL)
-		b->next = palloc(sizeof(int64) * Max(w->npartitions, 1));
+		b->next = palloc(sizeof(int64) * Max(w->parts.n, 1));
 	for (;;)
 	{
 		ErrorData  *volatile edata = NULL;
 		volatile bool ok = false;
+		bool		mutated;
 
 		TimestampTz started = GetCurrentTimestamp();
 
-		w->flow_fault = NULL;
+		sdp_stateful_clear_fault(w);
 		PG_TRY();
 		{
 			ok = attempt(w, b, isolate, message);
@@ -855,9 +859,9 @@ sdp_batch_run(FlowWorker *w, Batch *b, char **message)
 		MemoryContextSwitchTo(cxt);
 
 		/* the flow's own fault (a key on two partitions of a flow with workers): it fails */
-		if (edata != NULL && w->flow_fault != NULL)
+		if (edata != NULL && sdp_stateful_fault(w) != NULL)
 		{
-			*message = w->flow_fault;
+			*message = (char *) sdp_stateful_fault(w);
 			b->dead = list_truncate(b->dead, b->ndead_decode);
 			return SDP_BATCH_FAIL;
 		}
@@ -867,11 +871,9 @@ sdp_batch_run(FlowWorker *w, Batch *b, char **message)
 			edata->message = psprintf("%s: the batch's statements ran longer than the flow's statement_timeout of %d ms",
 									  edata->message, w->opts.statement_timeout_ms);
 
+		mutated = sdp_stateful_take_mutated(w);
 		if (edata == NULL)
 		{
-			bool		mutated = w->state_mutated;
-
-			w->state_mutated = false;
 			if (ok)
 				return SDP_BATCH_COMMITTED;
 			if (mutated)
@@ -879,7 +881,7 @@ sdp_batch_run(FlowWorker *w, Batch *b, char **message)
 			return SDP_BATCH_FAIL;
 		}
 		b->dead = list_truncate(b->dead, b->ndead_decode);
-		if (w->state_mutated)
+		if (mutated)
 		{
 			/* the operator's state moved and did not roll back */
 			if (sdp_stateful_limit_error(w, edata))
@@ -916,7 +918,7 @@ sdp_batch_account(FlowWorker *w, Batch *b)
 	int64		filtered;
 	int64		tomb_skipped = 0;
 
-	memcpy(w->next_offset, b->next, sizeof(int64) * w->npartitions);
+	memcpy(w->parts.next, b->next, sizeof(int64) * w->parts.n);
 	for (int i = 0; i < b->nmsgs; i++)
 	{
 		int64		ts;

@@ -24,6 +24,9 @@
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 
+/* The INSERT into sdp.dead_letters, prepared once per worker: this module's own. */
+static SPIPlanPtr dead_letter_plan = NULL;
+
 /* Kafka's timestamp of a message as a timestamptz; false when it has none. */
 static bool
 message_timestamp(rd_kafka_message_t *m, TimestampTz *ts)
@@ -51,16 +54,16 @@ sdp_dead_letters_prepare(FlowWorker *w)
 		TIMESTAMPTZOID, BYTEAOID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, INT8OID};
 
 	/* a message replayed after a restart is dead-lettered once */
-	w->dead_letter_plan = SPI_prepare("INSERT INTO sdp.dead_letters (flow_id, flow, owner, kafka_topic, kafka_partition, "
+	dead_letter_plan = SPI_prepare("INSERT INTO sdp.dead_letters (flow_id, flow, owner, kafka_topic, kafka_partition, "
 									  "kafka_offset, kafka_key, kafka_timestamp, payload, payload_text, stage, error, sqlstate) "
 									  "SELECT $12, $1, f.owner, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11 "
 									  "  FROM sdp.flows f WHERE f.id = $12 "
 									  "ON CONFLICT (flow_id, kafka_partition, kafka_offset) WHERE kafka_offset IS NOT NULL "
 									  "DO NOTHING",
 									  12, types);
-	if (w->dead_letter_plan == NULL)
+	if (dead_letter_plan == NULL)
 		elog(ERROR, "could not prepare the dead letter statement: %s", SPI_result_code_string(SPI_result));
-	SPI_keepplan(w->dead_letter_plan);
+	SPI_keepplan(dead_letter_plan);
 }
 
 /* A message set aside by the batch, in the batch's memory. */
@@ -160,7 +163,7 @@ write_dead_letter(FlowWorker *w, DeadLetter *dl)
 	else
 		nulls[10] = 'n';
 	values[11] = Int64GetDatum(w->args.flow_id);
-	if (SPI_execute_plan(w->dead_letter_plan, values, nulls, false, 0) != SPI_OK_INSERT)
+	if (SPI_execute_plan(dead_letter_plan, values, nulls, false, 0) != SPI_OK_INSERT)
 		elog(ERROR, "could not write a dead letter");
 }
 

@@ -1,6 +1,7 @@
 /*
  * offsets.c
- *		A worker's partitions, and the offsets it stores with its rows.
+ *		A worker's partitions (its SdpPartitionSet), and the offsets it
+ *		stores with its rows.
  *
  * sdp.offsets has one row per (flow, partition): next_offset, the next
  * message to read, committed in the same transaction as the rows of the
@@ -51,6 +52,10 @@
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
 
+/* The statements on sdp.offsets, prepared once per worker (sdp_offsets_prepare): this module's own. */
+static SPIPlanPtr offsets_plan = NULL;		/* UPDATE: every batch */
+static SPIPlanPtr offsets_insert_plan = NULL;	/* INSERT: partitions newly assigned */
+
 /* Whether the flow is still declared (in a catalog scope, with SPI connected). */
 static bool
 flow_exists(FlowWorker *w)
@@ -75,21 +80,21 @@ sdp_offsets_prepare(FlowWorker *w)
 	 * only where they still stand: a row another worker of the flow moved
 	 * meanwhile is not updated (see sdp_store_offsets)
 	 */
-	w->offsets_plan = SPI_prepare("UPDATE sdp.offsets o SET next_offset = u.o, updated_at = now() "
+	offsets_plan = SPI_prepare("UPDATE sdp.offsets o SET next_offset = u.o, updated_at = now() "
 								  "FROM unnest($2, $3, $4) AS u(p, o, e) "
 								  "WHERE o.flow_id = $1 AND o.partition = u.p "
 								  "AND (u.e IS NULL OR o.next_offset = u.e)",
 								  4, types);
 	/* a new partition's state_offset starts where the partition starts, with no state */
-	w->offsets_insert_plan = SPI_prepare("INSERT INTO sdp.offsets AS o (flow_id, partition, next_offset, state_offset, updated_at) "
+	offsets_insert_plan = SPI_prepare("INSERT INTO sdp.offsets AS o (flow_id, partition, next_offset, state_offset, updated_at) "
 										 "SELECT $1, u.p, u.o, u.o, now() FROM unnest($2, $3) AS u(p, o) "
 										 "ON CONFLICT (flow_id, partition) DO UPDATE "
 										 "SET next_offset = EXCLUDED.next_offset, updated_at = EXCLUDED.updated_at",
 										 3, types);
-	if (w->offsets_plan == NULL || w->offsets_insert_plan == NULL)
+	if (offsets_plan == NULL || offsets_insert_plan == NULL)
 		elog(ERROR, "could not prepare the offsets statements: %s", SPI_result_code_string(SPI_result));
-	SPI_keepplan(w->offsets_plan);
-	SPI_keepplan(w->offsets_insert_plan);
+	SPI_keepplan(offsets_plan);
+	SPI_keepplan(offsets_insert_plan);
 }
 
 static ArrayType *
@@ -123,7 +128,7 @@ offsets_statement(FlowWorker *w, int n, const int32 *partitions, const int64 *of
 	nulls[3] = expected ? ' ' : 'n';
 	Assert(!(fresh && expected));
 	sdp_catalog_enter(&scope);
-	rc = SPI_execute_plan(fresh ? w->offsets_insert_plan : w->offsets_plan, values, nulls, false, 0);
+	rc = SPI_execute_plan(fresh ? offsets_insert_plan : offsets_plan, values, nulls, false, 0);
 	MemoryContextSwitchTo(cxt);
 	sdp_catalog_leave(&scope);
 	if (rc != (fresh ? SPI_OK_INSERT : SPI_OK_UPDATE))
@@ -177,12 +182,12 @@ sdp_store_offsets(FlowWorker *w, int n, const int32 *partitions, const int64 *of
 void
 sdp_next_offsets(FlowWorker *w, Batch *b, int64 *next)
 {
-	for (int i = 0; i < w->npartitions; i++)
-		next[i] = w->next_offset[i];
+	for (int i = 0; i < w->parts.n; i++)
+		next[i] = w->parts.next[i];
 	for (int i = 0; i < b->nmsgs; i++)
 	{
 		rd_kafka_message_t *m = b->msgs[i];
-		int			idx = (m->partition <= w->max_partition_id) ? w->partition_index[m->partition] : -1;
+		int			idx = sdp_partitions_index_of(&w->parts, m->partition);
 
 		if (idx >= 0 && m->offset + 1 > next[idx])
 			next[idx] = m->offset + 1;
@@ -191,19 +196,25 @@ sdp_next_offsets(FlowWorker *w, Batch *b, int64 *next)
 
 /*
  * The offsets of a stateless batch, updated in place: what the UPDATE
- * statement of sdp_store_offsets does, without its executor (which cost a
- * batch of a few hundred messages a tenth of the worker's CPU).  For each
- * partition: its row found by the primary key with a new snapshot, as a
- * statement in READ COMMITTED finds it; left alone unless next_offset is
- * where the worker left it (the fence); else next_offset and updated_at
- * (now()) replaced, the index entries made if the update is not HOT.  The
- * foreign key's triggers have nothing to check (no key column changes).
+ * statement of sdp_store_offsets does, without planning and running a
+ * statement (which cost a batch of a few hundred messages a tenth of the
+ * worker's CPU).  For each partition: its row found by the primary key
+ * with a new snapshot, as a statement in READ COMMITTED finds it; left
+ * alone unless next_offset is where the worker left it (the fence); else
+ * next_offset and updated_at (now()) replaced by ExecSimpleRelationUpdate,
+ * the function PostgreSQL's logical replication apply worker updates a row
+ * with (execReplication.c: constraints, generated columns, index entries
+ * when the update is not HOT, row triggers; the foreign key's have nothing
+ * to check, no key column changes).  The row is found without
+ * RelationFindReplTupleByIndex, which locks it first: a tuple lock would
+ * write a WAL record per partition per batch for nothing, as no other
+ * session updates a worker's offsets rows (a row that another transaction
+ * updated meanwhile is an error, and the batch is tried again: the fence
+ * then finds where the other left it).
  *
  * The statement stays wherever this would differ: another isolation level,
- * triggers on sdp.offsets other than the foreign keys', rules, and a row changed
- * by a transaction that committed since the snapshot (the statement
- * rechecks the newest version: EvalPlanQual), for that partition and the
- * rest.  Returns the rows updated (and so fenced in), like the statement.
+ * triggers on sdp.offsets other than the foreign keys', and rules.
+ * Returns the rows updated (and so fenced in), like the statement.
  */
 static int
 store_offsets_in_place(FlowWorker *w, int n, const int32 *partitions, const int64 *offsets,
@@ -213,6 +224,7 @@ store_offsets_in_place(FlowWorker *w, int n, const int32 *partitions, const int6
 	Relation	rel;
 	Relation	pk;
 	EState	   *estate;
+	EPQState	epqstate;
 	ResultRelInfo *rri;
 	TupleTableSlot *old;
 	TupleTableSlot *new;
@@ -286,6 +298,8 @@ store_offsets_in_place(FlowWorker *w, int n, const int32 *partitions, const int6
 	cid = GetCurrentCommandId(true);
 	estate->es_output_cid = cid;
 	estate->es_snapshot = snapshot;
+	EvalPlanQualInit(&epqstate, estate, NULL, NIL, -1);
+	AfterTriggerBeginQuery();
 
 	old = table_slot_create(rel, NULL);
 	new = MakeSingleTupleTableSlot(desc, &TTSOpsVirtual);
@@ -294,10 +308,6 @@ store_offsets_in_place(FlowWorker *w, int n, const int32 *partitions, const int6
 	scan = index_beginscan(rel, pk, snapshot, 2, 0);
 	for (i = 0; i < n; i++)
 	{
-		TM_Result	result;
-		TM_FailureData tmfd;
-		LockTupleMode lockmode;
-		bool		update_indexes;
 		bool		isnull;
 
 		keys[1].sk_argument = Int32GetDatum(partitions[i]);
@@ -320,28 +330,18 @@ store_offsets_in_place(FlowWorker *w, int n, const int32 *partitions, const int6
 		new->tts_values[att_updated - 1] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
 		new->tts_isnull[att_updated - 1] = false;
 		ExecStoreVirtualTuple(new);
-		if (desc->constr)
-			ExecConstraints(rri, new, estate);
-		result = table_tuple_update(rel, &old->tts_tid, new, cid, snapshot, InvalidSnapshot,
-									true, &tmfd, &lockmode, &update_indexes);
-		if (result == TM_Updated || result == TM_Deleted)
-			break;				/* changed since the snapshot: the statement for the rest */
-		if (result != TM_Ok)
-			elog(ERROR, "could not update the offsets of partition %d: %d", partitions[i], (int) result);
-		if (update_indexes)
-			list_free(ExecInsertIndexTuples(rri, new, estate, true, false, NULL, NIL));
+		ExecSimpleRelationUpdate(rri, estate, &epqstate, old, new);
 		done++;
 	}
 	index_endscan(scan);
+	AfterTriggerEndQuery(estate);
+	EvalPlanQualEnd(&epqstate);
 	ExecDropSingleTupleTableSlot(old);
 	ExecDropSingleTupleTableSlot(new);
 	PopActiveSnapshot();
 	ExecCloseIndices(rri);
 	FreeExecutorState(estate);
 	table_close(rel, NoLock);
-	if (i < n)
-		done += (int) offsets_statement(w, n - i, partitions + i, offsets + i,
-										expected ? expected + i : NULL, false);
 	return done;
 }
 
@@ -349,17 +349,17 @@ store_offsets_in_place(FlowWorker *w, int n, const int32 *partitions, const int6
 void
 sdp_write_moved_offsets(FlowWorker *w, const int64 *next)
 {
-	int32	   *parts = palloc(sizeof(int32) * Max(w->npartitions, 1));
-	int64	   *offs = palloc(sizeof(int64) * Max(w->npartitions, 1));
-	int64	   *expected = palloc(sizeof(int64) * Max(w->npartitions, 1));
+	int32	   *parts = palloc(sizeof(int32) * Max(w->parts.n, 1));
+	int64	   *offs = palloc(sizeof(int64) * Max(w->parts.n, 1));
+	int64	   *expected = palloc(sizeof(int64) * Max(w->parts.n, 1));
 	int			n = 0;
 
-	for (int i = 0; i < w->npartitions; i++)
-		if (next[i] != w->next_offset[i])
+	for (int i = 0; i < w->parts.n; i++)
+		if (next[i] != w->parts.next[i])
 		{
-			parts[n] = w->partitions[i];
+			parts[n] = w->parts.ids[i];
 			offs[n] = next[i];
-			expected[n] = w->next_offset[i];
+			expected[n] = w->parts.next[i];
 			n++;
 		}
 	if (n > 0)
@@ -373,3 +373,59 @@ sdp_write_moved_offsets(FlowWorker *w, const int64 *next)
 	}
 }
 
+/* The index of partition id in the worker's set, -1 when it does not consume it. */
+int
+sdp_partitions_index_of(const SdpPartitionSet *ps, int32 id)
+{
+	if (ps->index == NULL || id < 0 || id > ps->max_id)
+		return -1;
+	return ps->index[id];
+}
+
+/*
+ * Add n partitions (not in the set yet), each with the next offset it is
+ * read from, to the worker's set, which stays sorted by id; in cxt, the
+ * worker's (the set lives as long as it does).
+ */
+void
+sdp_partitions_add(SdpPartitionSet *ps, int n, const int32 *ids, const int64 *next, MemoryContext cxt)
+{
+	MemoryContext oldcxt;
+	int			total = ps->n + n;
+	int32	   *all_ids;
+	int64	   *all_next;
+
+	if (n == 0)
+		return;
+	oldcxt = MemoryContextSwitchTo(cxt);
+	all_ids = palloc(sizeof(int32) * total);
+	all_next = palloc(sizeof(int64) * total);
+	if (ps->n > 0)
+	{
+		memcpy(all_ids, ps->ids, sizeof(int32) * ps->n);
+		memcpy(all_next, ps->next, sizeof(int64) * ps->n);
+	}
+	memcpy(all_ids + ps->n, ids, sizeof(int32) * n);
+	memcpy(all_next + ps->n, next, sizeof(int64) * n);
+	for (int i = 1; i < total; i++)
+		for (int j = i; j > 0 && all_ids[j - 1] > all_ids[j]; j--)
+		{
+			int32		tid = all_ids[j];
+			int64		tnext = all_next[j];
+
+			all_ids[j] = all_ids[j - 1];
+			all_next[j] = all_next[j - 1];
+			all_ids[j - 1] = tid;
+			all_next[j - 1] = tnext;
+		}
+	ps->ids = all_ids;
+	ps->next = all_next;
+	ps->n = total;
+	ps->max_id = all_ids[total - 1];
+	ps->index = palloc(sizeof(int) * (ps->max_id + 1));
+	for (int i = 0; i <= ps->max_id; i++)
+		ps->index[i] = -1;
+	for (int i = 0; i < total; i++)
+		ps->index[all_ids[i]] = i;
+	MemoryContextSwitchTo(oldcxt);
+}

@@ -7,6 +7,10 @@
 
 #include "worker/worker_internal.h"
 
+extern int	sdp_partitions_index_of(const SdpPartitionSet *ps, int32 id);
+extern void sdp_partitions_add(SdpPartitionSet *ps, int n, const int32 *ids, const int64 *next,
+							   MemoryContext cxt);
+
 extern void sdp_offsets_prepare(FlowWorker *w);
 extern void sdp_store_offsets(FlowWorker *w, int n, const int32 *partitions,
 							  const int64 *offsets, const int64 *expected, bool fresh);

@@ -6,8 +6,8 @@
  * start (once a restore of the flow is complete: they are restored with its
  * offsets) and again only when a request has committed: sdp_skip_message bumps
  * skip_generation in the flow's slot and sets the worker's latch, and the
- * worker notices it where it looks for a stop request (once per loop, and
- * after each wait of a retry's backoff).  A batch looks its messages up
+ * worker asks sdp_skips_changed once per loop and after each wait of a
+ * retry's backoff.  A batch looks its messages up
  * only while the flow has requests.
  *
  * A requested message is not decoded, transformed or written: it is
@@ -30,6 +30,24 @@
 #include "utils/builtins.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
+
+/* A message the flow's owner asked the flow to skip (sdp.skipped_messages). */
+typedef struct SdpSkip
+{
+	int32		partition;
+	int64		offset;
+	char	   *requested_by;
+} SdpSkip;
+
+/* The skip requests of the worker's flow: this module's own (FlowWorker.skips). */
+struct SdpSkips
+{
+	bool		table;			/* sdp.skipped_messages exists (a 0.2 catalog) */
+	uint64		generation;		/* the slot's skip_generation when they were read */
+	MemoryContext cxt;
+	int			n;
+	SdpSkip    *skips;			/* sorted by partition and offset */
+};
 
 static int
 skip_cmp(const void *a, const void *b)
@@ -59,20 +77,20 @@ skips_load(FlowWorker *w)
 	uint64		n = 0;
 	bool		isnull;
 
-	if (w->skip_cxt == NULL)
-		w->skip_cxt = AllocSetContextCreate(w->flow_cxt, "sdp skips", ALLOCSET_SMALL_SIZES);
-	MemoryContextReset(w->skip_cxt);
-	w->nskips = 0;
-	w->skips = NULL;
+	SdpSkips   *k = w->skips;
+
+	MemoryContextReset(k->cxt);
+	k->n = 0;
+	k->skips = NULL;
 
 	sdp_catalog_enter(&scope);
-	if (!w->skip_table)
+	if (!k->table)
 	{
 		if (SPI_execute("SELECT pg_catalog.to_regclass('sdp.skipped_messages') IS NOT NULL", true, 0) != SPI_OK_SELECT)
 			elog(ERROR, "could not look for sdp.skipped_messages");
-		w->skip_table = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+		k->table = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	}
-	if (w->skip_table)
+	if (k->table)
 	{
 		if (SPI_execute_with_args("SELECT kafka_partition, kafka_offset, requested_by FROM sdp.skipped_messages "
 								  " WHERE flow_id = $1 ORDER BY kafka_partition, kafka_offset",
@@ -85,17 +103,36 @@ skips_load(FlowWorker *w)
 	if (n == 0)
 		return;
 
-	w->skips = MemoryContextAlloc(w->skip_cxt, sizeof(SdpSkip) * n);
+	k->skips = MemoryContextAlloc(k->cxt, sizeof(SdpSkip) * n);
 	for (uint64 i = 0; i < n; i++)
 	{
 		HeapTuple	tup = SPI_tuptable->vals[i];
 		TupleDesc	desc = SPI_tuptable->tupdesc;
 
-		w->skips[i].partition = DatumGetInt32(SPI_getbinval(tup, desc, 1, &isnull));
-		w->skips[i].offset = DatumGetInt64(SPI_getbinval(tup, desc, 2, &isnull));
-		w->skips[i].requested_by = MemoryContextStrdup(w->skip_cxt, SPI_getvalue(tup, desc, 3));
+		k->skips[i].partition = DatumGetInt32(SPI_getbinval(tup, desc, 1, &isnull));
+		k->skips[i].offset = DatumGetInt64(SPI_getbinval(tup, desc, 2, &isnull));
+		k->skips[i].requested_by = MemoryContextStrdup(k->cxt, SPI_getvalue(tup, desc, 3));
 	}
-	w->nskips = (int) n;
+	k->n = (int) n;
+}
+
+/* The skip_generation of the worker's slot: bumped by each request that commits. */
+static uint64
+slot_skip_generation(FlowWorker *w)
+{
+	uint64		generation;
+
+	SpinLockAcquire(&w->slot->mutex);
+	generation = w->slot->ctl.skip_generation;
+	SpinLockRelease(&w->slot->mutex);
+	return generation;
+}
+
+/* Whether a skip request committed since the worker read them (sdp_skips_reload). */
+bool
+sdp_skips_changed(FlowWorker *w)
+{
+	return w->skips == NULL || slot_skip_generation(w) != w->skips->generation;
 }
 
 /* Read them (at start, or again when a request has committed), in a transaction of its own. */
@@ -103,12 +140,16 @@ void
 sdp_skips_reload(FlowWorker *w)
 {
 	MemoryContext cxt = CurrentMemoryContext;
-	bool		told = w->skips_pending;
+	bool		told = w->skips != NULL;
 	uint64		generation;
 
-	SpinLockAcquire(&w->slot->mutex);
-	generation = w->slot->ctl.skip_generation;
-	SpinLockRelease(&w->slot->mutex);
+	if (w->skips == NULL)
+	{
+		w->skips = MemoryContextAllocZero(w->flow_cxt, sizeof(SdpSkips));
+		w->skips->cxt = AllocSetContextCreate(w->flow_cxt, "sdp skips", ALLOCSET_SMALL_SIZES);
+	}
+	/* before the snapshot the requests are read with: one committed later bumps it again */
+	generation = slot_skip_generation(w);
 
 	sdp_start_transaction();
 	SPI_connect();
@@ -120,12 +161,11 @@ sdp_skips_reload(FlowWorker *w)
 	CommitTransactionCommand();
 	MemoryContextSwitchTo(cxt);
 	pgstat_report_activity(STATE_IDLE, NULL);
-	w->skip_generation = generation;
-	w->skips_pending = false;
-	if (told || w->nskips > 0)
+	w->skips->generation = generation;
+	if (told || w->skips->n > 0)
 		ereport(LOG,
 				(errmsg("sdp flow \"%s\" read its skip requests: %d pending or applied",
-						w->args.name, w->nskips)));
+						w->args.name, w->skips->n)));
 }
 
 /*
@@ -138,7 +178,7 @@ sdp_skips_mark(FlowWorker *w, Batch *b)
 {
 	b->skip_msg = NULL;
 	b->skipped = NIL;
-	if (w->nskips == 0)
+	if (w->skips == NULL || w->skips->n == 0)
 		return;
 	for (int i = 0; i < b->nmsgs; i++)
 	{
@@ -149,7 +189,7 @@ sdp_skips_mark(FlowWorker *w, Batch *b)
 
 		key.partition = m->partition;
 		key.offset = m->offset;
-		found = bsearch(&key, w->skips, w->nskips, sizeof(SdpSkip), skip_cmp);
+		found = bsearch(&key, w->skips->skips, w->skips->n, sizeof(SdpSkip), skip_cmp);
 		if (found == NULL)
 			continue;
 		if (b->skip_msg == NULL)

@@ -7,6 +7,7 @@
 
 #include "worker/worker_internal.h"
 
+extern bool sdp_skips_changed(FlowWorker *w);
 extern void sdp_skips_reload(FlowWorker *w);
 extern void sdp_skips_mark(FlowWorker *w, Batch *b);
 

@@ -58,21 +58,70 @@
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
+
+static void prepare_plans(FlowWorker *w);
+
+/*
+ * The operator stage's state in the worker, its own: the rest of the
+ * worker sees an opaque pointer (FlowWorker.stateful, NULL for a stateless
+ * flow) and asks through the functions of stateful.h.
+ */
+struct SdpStatefulState
+{
+	SdpOperatorContext *opctx;
+	SdpStateStore *store;
+	size_t		state_limit;
+	SPIPlanPtr	user_plan;		/* the flow's own transform's plan (the operator may run another) */
+	MemoryContext transform_cxt;	/* the operator's transform, when it builds one: replaced at a reload */
+
+	/* checkpoints */
+	SPIPlanPtr	checkpoint_put_plan;
+	SPIPlanPtr	checkpoint_delete_plan;
+	SPIPlanPtr	checkpoint_offsets_plan;
+	SPIPlanPtr	checkpoint_watermark_plan;
+	bool		partitioned_state;	/* the catalog records keys' partitions (0.3 and later) */
+	TimestampTz next_checkpoint;
+	bool		offsets_moved;	/* since the last checkpoint */
+	bool		checkpoint_deferred;	/* a due checkpoint left to the batch after one that emitted */
+
+	/* the batch under way */
+	bool		state_mutated;	/* the operator has changed state (sdp_stateful_take_mutated) */
+	char	   *flow_fault;		/* an error that fails the flow, not a message (check_ownership) */
+
+	/* workers > 1: who owns the keys */
+	HTAB	   *batch_owners;	/* key -> partition claimed by this attempt's rows */
+	SdpStateStore **sibling;	/* the other workers' stores, attached to read owners */
+	dsa_handle *sibling_area;	/* ... and the areas they are */
+
+	/* event time: per partition id, the highest event time seen and when data last came */
+	int			event_time_index;	/* in the input schema, -1 when none */
+	int			nwm;
+	TimestampTz *wm_max;		/* highest event time seen, DT_NOBEGIN: none yet */
+	TimestampTz *wm_last;		/* when data last came (or when the partition was first seen) */
+	int64	   *wm_pos;			/* next offset, as far as this worker has read */
+	TimestampTz wm_last_data;	/* when data last came on any partition */
+};
 #include "utils/timestamp.h"
 
 /* Replace the flow's transform by the one the operator builds over the flow's rows. */
 static void
 build_operator_transform(FlowWorker *w)
 {
-	MemoryContext old = MemoryContextSwitchTo(w->flow_cxt);
+	MemoryContext previous_cxt = w->stateful->transform_cxt;
+	MemoryContext cxt = AllocSetContextCreate(w->flow_cxt, "sdp operator transform", ALLOCSET_SMALL_SIZES);
+	MemoryContext old = MemoryContextSwitchTo(cxt);
 	SPIPlanPtr	previous = w->prep.transform.plan;
-	char	   *sql = w->prep.op->build_transform(w->opctx, w->transform_sql, w->prep.rows_desc);
+	char	   *sql = w->prep.op->build_transform(w->stateful->opctx, w->transform_sql, w->prep.rows_desc);
 
 	sdp_transform_prepare_generated(&w->prep.transform, w->prep.schema, sql);
 	SPI_keepplan(w->prep.transform.plan);
-	if (previous && previous != w->user_plan)
-		SPI_freeplan(previous);
 	MemoryContextSwitchTo(old);
+	/* the one it replaces goes, plan and all: a reload leaves nothing behind */
+	if (previous && previous != w->stateful->user_plan)
+		SPI_freeplan(previous);
+	if (previous_cxt)
+		MemoryContextDelete(previous_cxt);
+	w->stateful->transform_cxt = cxt;
 }
 
 /*
@@ -86,41 +135,49 @@ sdp_stateful_start(FlowWorker *w)
 	dsa_handle	area;
 	dshash_table_handle table;
 
-	w->state_limit = (size_t) w->opts.state_memory_limit_kb * 1024;
-	w->store = sdp_state_create(w->state_limit, w->prep.op->map_value_len, &area, &table);
+	SdpCatalogScope scope;
+
+	w->stateful = MemoryContextAllocZero(TopMemoryContext, sizeof(SdpStatefulState));
+	/* the checkpoint statements, on the catalogs */
+	sdp_catalog_enter(&scope);
+	prepare_plans(w);
+	sdp_catalog_leave(&scope);
+
+	w->stateful->state_limit = (size_t) w->opts.state_memory_limit_kb * 1024;
+	w->stateful->store = sdp_state_create(w->stateful->state_limit, w->prep.op->map_value_len, &area, &table);
 	SDP_SLOT_STATS_BEGIN_WRITE(w->slot);
 	w->slot->stats.state_area = area;
 	w->slot->stats.state_table = table;
 	SDP_SLOT_STATS_END_WRITE(w->slot);
 
 	w->prep.rows_desc = w->prep.transform.result_desc;
-	w->user_plan = w->prep.transform.plan;
-	w->opctx = sdp_operator_create(w->prep.op, w->args.name, w->opts.operator_options, w->store, w->prep.rows_desc);
+	w->stateful->user_plan = w->prep.transform.plan;
+	w->stateful->opctx = sdp_operator_create(w->prep.op, w->args.name, w->opts.operator_options, w->stateful->store, w->prep.rows_desc);
 	/* a sink flow's rows go to the outbox: no target for the operator's housekeeping */
-	w->opctx->target_relname = w->prep.emitted_desc ? NULL : w->prep.table_write.relname;
+	w->stateful->opctx->target_relname = w->prep.emitted_desc ? NULL : w->prep.table_write.relname;
 	if (w->prep.op->build_transform)
 		build_operator_transform(w);
-	sdp_operator_bind(w->opctx, w->prep.transform.result_desc, w->prep.emitted_desc ? w->prep.emitted_desc : w->prep.table_write.row_desc);
+	sdp_operator_bind(w->stateful->opctx, w->prep.transform.result_desc, w->prep.emitted_desc ? w->prep.emitted_desc : w->prep.table_write.row_desc);
 
 	/* event time comes from a timestamptz column of the input schema */
-	w->event_time_index = -1;
-	if (w->opctx->event_time_column)
+	w->stateful->event_time_index = -1;
+	if (w->stateful->opctx->event_time_column)
 	{
 		for (int i = 0; i < w->prep.schema->ncolumns; i++)
-			if (strcmp(w->prep.schema->columns[i].name, w->opctx->event_time_column) == 0 &&
+			if (strcmp(w->prep.schema->columns[i].name, w->stateful->opctx->event_time_column) == 0 &&
 				w->prep.schema->columns[i].typid == TIMESTAMPTZOID)
-				w->event_time_index = i;
-		if (w->event_time_index < 0)
+				w->stateful->event_time_index = i;
+		if (w->stateful->event_time_index < 0)
 			ereport(ERROR,
 					(errcode(ERRCODE_UNDEFINED_COLUMN),
 					 errmsg("event_time column \"%s\" is not a timestamptz column of the input schema",
-							w->opctx->event_time_column)));
+							w->stateful->opctx->event_time_column)));
 	}
-	w->next_checkpoint = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), w->opts.checkpoint_interval_ms);
+	w->stateful->next_checkpoint = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), w->opts.checkpoint_interval_ms);
 	if (w->args.nworkers > 1)
 	{
-		w->sibling = MemoryContextAllocZero(TopMemoryContext, sizeof(SdpStateStore *) * w->args.nworkers);
-		w->sibling_area = MemoryContextAllocZero(TopMemoryContext, sizeof(dsa_handle) * w->args.nworkers);
+		w->stateful->sibling = MemoryContextAllocZero(TopMemoryContext, sizeof(SdpStateStore *) * w->args.nworkers);
+		w->stateful->sibling_area = MemoryContextAllocZero(TopMemoryContext, sizeof(dsa_handle) * w->args.nworkers);
 	}
 }
 
@@ -141,7 +198,7 @@ sdp_stateful_reload_if_changed(FlowWorker *w)
 	PushActiveSnapshot(GetTransactionSnapshot());
 	pgstat_report_activity(STATE_RUNNING, "sdp: reloading the operator's configuration");
 	w->config_generation = generation;
-	w->prep.op->reload(w->opctx);
+	w->prep.op->reload(w->stateful->opctx);	/* in the operator's own memory (operator.h) */
 	if (w->prep.op->build_transform)
 		build_operator_transform(w);
 	PopActiveSnapshot();
@@ -231,15 +288,15 @@ sibling_store(FlowWorker *w, int k)
 	}
 	LWLockRelease(SdpShmem->lock);
 
-	if (area == w->sibling_area[k])
-		return w->sibling[k];
-	if (w->sibling[k])
-		sdp_state_detach(w->sibling[k]);
-	w->sibling[k] = NULL;
-	w->sibling_area[k] = area;
+	if (area == w->stateful->sibling_area[k])
+		return w->stateful->sibling[k];
+	if (w->stateful->sibling[k])
+		sdp_state_detach(w->stateful->sibling[k]);
+	w->stateful->sibling[k] = NULL;
+	w->stateful->sibling_area[k] = area;
 	if (area != 0)
-		w->sibling[k] = attach_sibling(area, table);
-	return w->sibling[k];
+		w->stateful->sibling[k] = attach_sibling(area, table);
+	return w->stateful->sibling[k];
 }
 
 /*
@@ -261,14 +318,14 @@ sdp_stateful_begin_attempt(FlowWorker *w)
 	ctl.keysize = SDP_STATE_KEY_MAX;
 	ctl.entrysize = SDP_STATE_KEY_MAX + sizeof(int32);
 	ctl.hcxt = CurrentMemoryContext;
-	w->batch_owners = hash_create("sdp batch key owners", 256, &ctl, HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+	w->stateful->batch_owners = hash_create("sdp batch key owners", 256, &ctl, HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
 }
 
 /*
  * A key that arrives on two partitions in a flow with several workers:
  * each worker would keep its own part of the key's state, and every result
  * of the key would be wrong.  That is the flow's topology, not a message:
- * the flow fails (w->flow_fault, batch.c) with what to do, and nothing of
+ * the flow fails (w->stateful->flow_fault, batch.c) with what to do, and nothing of
  * the batch commits.
  */
 static void
@@ -280,7 +337,7 @@ ownership_error(FlowWorker *w, const char *key, int32 owner, int32 partition)
 							   key, w->prep.op->name, Min(owner, partition), Max(owner, partition), w->args.nworkers,
 							   w->args.name);
 
-	w->flow_fault = MemoryContextStrdup(w->batch_cxt, msg);
+	w->stateful->flow_fault = MemoryContextStrdup(w->batch_cxt, msg);
 	ereport(ERROR,
 			(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 			 errmsg("%s", msg),
@@ -353,7 +410,7 @@ check_ownership(FlowWorker *w, HeapTuple *rows, const int32 *partitions, int n)
 
 	for (int i = 0; i < n; i++)
 	{
-		char	   *text = sdp_operator_row_key(w->opctx, rows[i]);
+		char	   *text = sdp_operator_row_key(w->stateful->opctx, rows[i]);
 		char		buf[SDP_STATE_KEY_MAX];
 		char	   *entry;
 		bool		found;
@@ -365,7 +422,7 @@ check_ownership(FlowWorker *w, HeapTuple *rows, const int32 *partitions, int n)
 		strlcpy(buf, text, sizeof(buf));
 		pfree(text);
 		if ((entry = hash_search(claims, buf, HASH_FIND, NULL)) != NULL ||
-			(entry = hash_search(w->batch_owners, buf, HASH_FIND, NULL)) != NULL)
+			(entry = hash_search(w->stateful->batch_owners, buf, HASH_FIND, NULL)) != NULL)
 		{
 			owner = *(int32 *) (entry + SDP_STATE_KEY_MAX);
 			if (owner >= 0 && owner != partitions[i])
@@ -373,14 +430,14 @@ check_ownership(FlowWorker *w, HeapTuple *rows, const int32 *partitions, int n)
 			continue;
 		}
 		/* the first row of the key in this batch: who owns it now */
-		owner = sdp_state_key_partition(w->store, buf, &found);
+		owner = sdp_state_key_partition(w->stateful->store, buf, &found);
 		for (int k = 0; k < w->args.nworkers; k++)
 		{
 			SdpStateStore *sibling;
 			int32		theirs;
 			bool		held;
 
-			if (k == w->args.worker_no || (sibling = w->sibling[k]) == NULL)
+			if (k == w->args.worker_no || (sibling = w->stateful->sibling[k]) == NULL)
 				continue;			/* (looked up at the attempt's start) */
 			theirs = sdp_state_key_partition(sibling, buf, &held);
 			if (held && theirs >= 0 && theirs != partitions[i])
@@ -405,7 +462,7 @@ check_ownership(FlowWorker *w, HeapTuple *rows, const int32 *partitions, int n)
 	hash_seq_init(&seq, claims);
 	while ((claim = hash_seq_search(&seq)) != NULL)
 	{
-		char	   *entry = hash_search(w->batch_owners, claim, HASH_ENTER, NULL);
+		char	   *entry = hash_search(w->stateful->batch_owners, claim, HASH_ENTER, NULL);
 
 		*(int32 *) (entry + SDP_STATE_KEY_MAX) = *(int32 *) (claim + SDP_STATE_KEY_MAX);
 	}
@@ -417,25 +474,25 @@ check_ownership(FlowWorker *w, HeapTuple *rows, const int32 *partitions, int n)
 static void
 ensure_partition_slots(FlowWorker *w, int32 partition)
 {
-	int			n = w->nwm;
+	int			n = w->stateful->nwm;
 
 	if (partition < n)
 		return;
 	while (n <= partition)
 		n = Max(n * 2, 16);
-	w->wm_max = w->wm_max ? repalloc(w->wm_max, sizeof(TimestampTz) * n)
+	w->stateful->wm_max = w->stateful->wm_max ? repalloc(w->stateful->wm_max, sizeof(TimestampTz) * n)
 		: MemoryContextAlloc(TopMemoryContext, sizeof(TimestampTz) * n);
-	w->wm_last = w->wm_last ? repalloc(w->wm_last, sizeof(TimestampTz) * n)
+	w->stateful->wm_last = w->stateful->wm_last ? repalloc(w->stateful->wm_last, sizeof(TimestampTz) * n)
 		: MemoryContextAlloc(TopMemoryContext, sizeof(TimestampTz) * n);
-	w->wm_pos = w->wm_pos ? repalloc(w->wm_pos, sizeof(int64) * n)
+	w->stateful->wm_pos = w->stateful->wm_pos ? repalloc(w->stateful->wm_pos, sizeof(int64) * n)
 		: MemoryContextAlloc(TopMemoryContext, sizeof(int64) * n);
-	for (int i = w->nwm; i < n; i++)
+	for (int i = w->stateful->nwm; i < n; i++)
 	{
-		w->wm_max[i] = DT_NOBEGIN;
-		w->wm_last[i] = 0;
-		w->wm_pos[i] = -1;
+		w->stateful->wm_max[i] = DT_NOBEGIN;
+		w->stateful->wm_last[i] = 0;
+		w->stateful->wm_pos[i] = -1;
 	}
-	w->nwm = n;
+	w->stateful->nwm = n;
 }
 
 /*
@@ -456,10 +513,10 @@ observe_event_times(FlowWorker *w, Batch *b, TimestampTz now)
 {
 	int			pcol = w->prep.schema->ncolumns + SDP_META_PARTITION + 1;
 	int			ocol = w->prep.schema->ncolumns + SDP_META_OFFSET + 1;
-	int64		idle = w->opctx->idle_timeout_us;
+	int64		idle = w->stateful->opctx->idle_timeout_us;
 	bool		resumed = false;
 
-	if (w->event_time_index < 0 || b == NULL)
+	if (w->stateful->event_time_index < 0 || b == NULL)
 		return;
 	for (int i = 0; i < b->nrows; i++)
 	{
@@ -468,30 +525,30 @@ observe_event_times(FlowWorker *w, Batch *b, TimestampTz now)
 					tnull;
 		int32		p = DatumGetInt32(heap_getattr(b->rows[i], pcol, w->prep.schema->tupdesc, &pnull));
 		int64		o = DatumGetInt64(heap_getattr(b->rows[i], ocol, w->prep.schema->tupdesc, &onull));
-		TimestampTz t = DatumGetTimestampTz(heap_getattr(b->rows[i], w->event_time_index + 1,
+		TimestampTz t = DatumGetTimestampTz(heap_getattr(b->rows[i], w->stateful->event_time_index + 1,
 														 w->prep.schema->tupdesc, &tnull));
 
 		if (pnull || p < 0)
 			continue;
 		ensure_partition_slots(w, p);
-		if (w->wm_last[p] == 0 || w->wm_max[p] == DT_NOBEGIN || now - w->wm_last[p] >= idle)
+		if (w->stateful->wm_last[p] == 0 || w->stateful->wm_max[p] == DT_NOBEGIN || now - w->stateful->wm_last[p] >= idle)
 			resumed = true;		/* its first data, or its first after idle_timeout */
-		w->wm_last[p] = now;
-		w->wm_last_data = now;
-		if (!onull && o + 1 > w->wm_pos[p])
-			w->wm_pos[p] = o + 1;
-		if (!tnull && t > w->wm_max[p] && sdp_event_time_usable(t))
-			w->wm_max[p] = t;
+		w->stateful->wm_last[p] = now;
+		w->stateful->wm_last_data = now;
+		if (!onull && o + 1 > w->stateful->wm_pos[p])
+			w->stateful->wm_pos[p] = o + 1;
+		if (!tnull && t > w->stateful->wm_max[p] && sdp_event_time_usable(t))
+			w->stateful->wm_max[p] = t;
 	}
 	if (!resumed)
 		return;
-	for (int i = 0; i < w->npartitions; i++)
+	for (int i = 0; i < w->parts.n; i++)
 	{
-		int32		q = w->partitions[i];
+		int32		q = w->parts.ids[i];
 
 		ensure_partition_slots(w, q);
-		if (w->wm_last[q] != 0 && now - w->wm_last[q] >= idle)
-			w->wm_last[q] = now;
+		if (w->stateful->wm_last[q] != 0 && now - w->stateful->wm_last[q] >= idle)
+			w->stateful->wm_last[q] = now;
 	}
 }
 
@@ -507,37 +564,37 @@ observe_event_times(FlowWorker *w, Batch *b, TimestampTz now)
 static void
 advance_watermark(FlowWorker *w, TimestampTz now)
 {
-	SdpOperatorContext *ctx = w->opctx;
+	SdpOperatorContext *ctx = w->stateful->opctx;
 	TimestampTz active_min = DT_NOEND;
 	TimestampTz all_max = DT_NOBEGIN;
 	bool		any = false;
 	TimestampTz wm;
 
-	if (w->event_time_index < 0)
+	if (w->stateful->event_time_index < 0)
 		return;
-	for (int i = 0; i < w->npartitions; i++)
+	for (int i = 0; i < w->parts.n; i++)
 	{
-		int32		p = w->partitions[i];
+		int32		p = w->parts.ids[i];
 		int64		pos;
 		bool		active;
 
 		ensure_partition_slots(w, p);
-		if (w->wm_last[p] == 0)
-			w->wm_last[p] = now;	/* first seen: it may hold the watermark back for idle_timeout */
-		pos = Max(w->wm_pos[p], w->next_offset[i]);
-		active = (now - w->wm_last[p] < ctx->idle_timeout_us) ||
+		if (w->stateful->wm_last[p] == 0)
+			w->stateful->wm_last[p] = now;	/* first seen: it may hold the watermark back for idle_timeout */
+		pos = Max(w->stateful->wm_pos[p], w->parts.next[i]);
+		active = (now - w->stateful->wm_last[p] < ctx->idle_timeout_us) ||
 			kafka_source_cached_high_watermark(w->kafka, p) > pos;
 		if (active)
 		{
 			any = true;
-			active_min = Min(active_min, w->wm_max[p]);
+			active_min = Min(active_min, w->stateful->wm_max[p]);
 		}
-		all_max = Max(all_max, w->wm_max[p]);
+		all_max = Max(all_max, w->stateful->wm_max[p]);
 	}
 	if (any)
 		wm = active_min;
 	else if (all_max != DT_NOBEGIN)
-		wm = all_max + (now - w->wm_last_data);	/* the whole stream is quiet: event time moves with the clock */
+		wm = all_max + (now - w->stateful->wm_last_data);	/* the whole stream is quiet: event time moves with the clock */
 	else
 		return;
 	if (wm > ctx->watermark)
@@ -552,31 +609,31 @@ advance_watermark(FlowWorker *w, TimestampTz now)
  * catalog older than 0.3 they are those of 0.2, and the flow runs in one
  * worker.
  */
-void
-sdp_stateful_prepare_plans(FlowWorker *w)
+static void
+prepare_plans(FlowWorker *w)
 {
 	Oid			put_types[4] = {INT8OID, TEXTARRAYOID, BYTEAARRAYOID, INT4ARRAYOID};
 	Oid			del_types[2] = {INT8OID, TEXTARRAYOID};
 	Oid			off_types[2] = {INT8OID, INT4ARRAYOID};
 	Oid			wm_types[4] = {INT8OID, INT4ARRAYOID, TIMESTAMPTZARRAYOID, TIMESTAMPTZOID};
 
-	w->partitioned_state = catalog_has_partitioned_state();
-	if (!w->partitioned_state && w->args.nworkers > 1)
+	w->stateful->partitioned_state = catalog_has_partitioned_state();
+	if (!w->stateful->partitioned_state && w->args.nworkers > 1)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("flow \"%s\" has an operator and %d workers, which needs the catalogs of sdp_ext 0.3",
 						w->args.name, w->args.nworkers),
 				 errhint("Run ALTER EXTENSION sdp_ext UPDATE, or sdp_set_flow_workers('%s', 1).", w->args.name)));
-	if (w->partitioned_state)
+	if (w->stateful->partitioned_state)
 	{
-		w->checkpoint_put_plan = SPI_prepare("INSERT INTO sdp.state_checkpoints AS c (flow_id, key, partition, state, updated_at) "
+		w->stateful->checkpoint_put_plan = SPI_prepare("INSERT INTO sdp.state_checkpoints AS c (flow_id, key, partition, state, updated_at) "
 											 "SELECT $1, u.k, nullif(u.p, -1), u.s, now() FROM unnest($2, $3, $4) AS u(k, s, p) "
 											 "ON CONFLICT (flow_id, key) DO UPDATE "
 											 "SET partition = EXCLUDED.partition, state = EXCLUDED.state, "
 											 "    updated_at = EXCLUDED.updated_at",
 											 4, put_types);
 		/* the watermark of this worker on each of its partitions: where it restarts from */
-		w->checkpoint_watermark_plan = SPI_prepare("WITH o AS (UPDATE sdp.offsets o SET max_event_time = u.t, watermark = $4 "
+		w->stateful->checkpoint_watermark_plan = SPI_prepare("WITH o AS (UPDATE sdp.offsets o SET max_event_time = u.t, watermark = $4 "
 												   "  FROM unnest($2, $3) AS u(p, t) "
 												   " WHERE o.flow_id = $1 AND o.partition = u.p RETURNING 1) "
 												   "UPDATE sdp.flows SET watermark = $4 WHERE id = $1 AND $5",
@@ -584,42 +641,42 @@ sdp_stateful_prepare_plans(FlowWorker *w)
 	}
 	else
 	{
-		w->checkpoint_put_plan = SPI_prepare("INSERT INTO sdp.state_checkpoints AS c (flow_id, key, state, updated_at) "
+		w->stateful->checkpoint_put_plan = SPI_prepare("INSERT INTO sdp.state_checkpoints AS c (flow_id, key, state, updated_at) "
 											 "SELECT $1, u.k, u.s, now() FROM unnest($2, $3) AS u(k, s) "
 											 "ON CONFLICT (flow_id, key) DO UPDATE "
 											 "SET state = EXCLUDED.state, updated_at = EXCLUDED.updated_at",
 											 3, put_types);
-		w->checkpoint_watermark_plan = SPI_prepare("WITH o AS (UPDATE sdp.offsets o SET max_event_time = u.t "
+		w->stateful->checkpoint_watermark_plan = SPI_prepare("WITH o AS (UPDATE sdp.offsets o SET max_event_time = u.t "
 												   "  FROM unnest($2, $3) AS u(p, t) "
 												   " WHERE o.flow_id = $1 AND o.partition = u.p RETURNING 1) "
 												   "UPDATE sdp.flows SET watermark = $4 WHERE id = $1",
 												   4, wm_types);
 	}
-	w->checkpoint_delete_plan = SPI_prepare("DELETE FROM sdp.state_checkpoints WHERE flow_id = $1 AND key = ANY ($2)",
+	w->stateful->checkpoint_delete_plan = SPI_prepare("DELETE FROM sdp.state_checkpoints WHERE flow_id = $1 AND key = ANY ($2)",
 											2, del_types);
 	/* in the batch's transaction, after its offsets: the state of this worker's partitions now matches them */
-	w->checkpoint_offsets_plan = SPI_prepare("UPDATE sdp.offsets SET state_offset = next_offset "
+	w->stateful->checkpoint_offsets_plan = SPI_prepare("UPDATE sdp.offsets SET state_offset = next_offset "
 											 " WHERE flow_id = $1 AND partition = ANY ($2)",
 											 2, off_types);
-	if (w->checkpoint_put_plan == NULL || w->checkpoint_delete_plan == NULL ||
-		w->checkpoint_offsets_plan == NULL || w->checkpoint_watermark_plan == NULL)
+	if (w->stateful->checkpoint_put_plan == NULL || w->stateful->checkpoint_delete_plan == NULL ||
+		w->stateful->checkpoint_offsets_plan == NULL || w->stateful->checkpoint_watermark_plan == NULL)
 		elog(ERROR, "could not prepare checkpoint statements: %s", SPI_result_code_string(SPI_result));
-	SPI_keepplan(w->checkpoint_put_plan);
-	SPI_keepplan(w->checkpoint_delete_plan);
-	SPI_keepplan(w->checkpoint_offsets_plan);
-	SPI_keepplan(w->checkpoint_watermark_plan);
+	SPI_keepplan(w->stateful->checkpoint_put_plan);
+	SPI_keepplan(w->stateful->checkpoint_delete_plan);
+	SPI_keepplan(w->stateful->checkpoint_offsets_plan);
+	SPI_keepplan(w->stateful->checkpoint_watermark_plan);
 }
 
 /* Show the state's size, timers fired and the last checkpoint in the slot. */
 void
 sdp_stateful_publish(FlowWorker *w, bool checkpointed)
 {
-	size_t		bytes = sdp_state_memory(w->store);
+	size_t		bytes = sdp_state_memory(w->stateful->store);
 	TimestampTz now = checkpointed ? GetCurrentTimestamp() : 0;
 
 	SDP_SLOT_STATS_BEGIN_WRITE(w->slot);
 	w->slot->stats.state_bytes = bytes;
-	w->slot->stats.timers_fired = w->opctx->timers_fired;
+	w->slot->stats.timers_fired = w->stateful->opctx->timers_fired;
 	if (checkpointed)
 		w->slot->stats.last_checkpoint_at = now;
 	SDP_SLOT_STATS_END_WRITE(w->slot);
@@ -660,7 +717,7 @@ sdp_stateful_restore(FlowWorker *w)
 		nulls[3] = ' ';
 	}
 	sdp_catalog_enter(&scope);
-	if (SPI_execute_with_args(w->partitioned_state
+	if (SPI_execute_with_args(w->stateful->partitioned_state
 							  ? "SELECT key, state, coalesce(partition, -1) FROM sdp.state_checkpoints "
 							  " WHERE flow_id = $1 AND (CASE WHEN $4 IS NULL THEN partition % $2 = $3 ELSE partition = ANY ($4) END "
 							  "      OR (partition IS NULL AND $3 = 0))"
@@ -676,11 +733,11 @@ sdp_stateful_restore(FlowWorker *w)
 		bytea	   *blob = DatumGetByteaPP(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2, &isnull));
 		int32		partition = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 3, &isnull));
 
-		sdp_state_restore(w->store, key, partition, blob);
+		sdp_state_restore(w->stateful->store, key, partition, blob);
 		CHECK_FOR_INTERRUPTS();
 	}
 	/* the event-time watermark and the partitions' highest event times of the checkpoint */
-	if (w->event_time_index >= 0)
+	if (w->stateful->event_time_index >= 0)
 	{
 		TimestampTz now = GetCurrentTimestamp();
 		bool		isnull;
@@ -688,7 +745,7 @@ sdp_stateful_restore(FlowWorker *w)
 		bool		wm_null = true;
 
 		sdp_catalog_enter(&scope);
-		if (w->partitioned_state)
+		if (w->stateful->partitioned_state)
 		{
 			if (SPI_execute_with_args("SELECT min(watermark) FROM sdp.offsets WHERE flow_id = $1 "
 									  "   AND CASE WHEN $4 IS NULL THEN partition % $2 = $3 ELSE partition = ANY ($4) END",
@@ -706,7 +763,7 @@ sdp_stateful_restore(FlowWorker *w)
 				wm = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &wm_null);
 		}
 		if (!wm_null)
-			w->opctx->watermark = DatumGetTimestampTz(wm);
+			w->stateful->opctx->watermark = DatumGetTimestampTz(wm);
 		if (SPI_execute_with_args("SELECT partition, max_event_time FROM sdp.offsets "
 								  " WHERE flow_id = $1 AND max_event_time IS NOT NULL "
 								  "   AND CASE WHEN $4 IS NULL THEN partition % $2 = $3 ELSE partition = ANY ($4) END",
@@ -718,15 +775,15 @@ sdp_stateful_restore(FlowWorker *w)
 			int32		p = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));
 
 			ensure_partition_slots(w, p);
-			w->wm_max[p] = DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2, &isnull));
-			w->wm_last[p] = now;	/* counted as active until they are idle again */
-			w->wm_last_data = now;
+			w->stateful->wm_max[p] = DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2, &isnull));
+			w->stateful->wm_last[p] = now;	/* counted as active until they are idle again */
+			w->stateful->wm_last_data = now;
 		}
 	}
 	PopActiveSnapshot();
 	SPI_finish();
 	CommitTransactionCommand();
-	sdp_operator_index_timers(w->opctx);
+	sdp_operator_index_timers(w->stateful->opctx);
 	sdp_stateful_publish(w, false);
 	if (nkeys > 0)
 		ereport(LOG,
@@ -747,7 +804,7 @@ write_checkpoint(FlowWorker *w, int64 *next)
 	MemoryContext cxt = CurrentMemoryContext;
 	HASH_SEQ_STATUS seq;
 	char	   *dirty;
-	long		ndirty = hash_get_num_entries(w->store->dirty);
+	long		ndirty = hash_get_num_entries(w->stateful->store->dirty);
 	char	  **keys = palloc(sizeof(char *) * Max(ndirty, 1));
 	int			n = 0;
 	Datum	   *put_keys = palloc(sizeof(Datum) * Max(ndirty, 1));
@@ -758,30 +815,30 @@ write_checkpoint(FlowWorker *w, int64 *next)
 				ndel = 0;
 	SdpCatalogScope scope;
 	Datum		values[4];
-	Datum	   *own = palloc(sizeof(Datum) * Max(w->npartitions, 1));
+	Datum	   *own = palloc(sizeof(Datum) * Max(w->parts.n, 1));
 
-	hash_seq_init(&seq, w->store->dirty);
+	hash_seq_init(&seq, w->stateful->store->dirty);
 	while ((dirty = hash_seq_search(&seq)) != NULL)
 		keys[n++] = pstrdup(dirty);
 	for (int i = 0; i < n; i++)
 	{
 		SdpKeyState ks;
 
-		sdp_state_open_key(w->store, keys[i], false, &ks);
+		sdp_state_open_key(w->stateful->store, keys[i], false, &ks);
 		if (ks.entry)
 		{
 			put_keys[nput] = CStringGetTextDatum(keys[i]);
 			put_parts[nput] = Int32GetDatum(ks.entry->partition);
-			put_blobs[nput++] = PointerGetDatum(sdp_state_serialize(w->store, ks.entry));
+			put_blobs[nput++] = PointerGetDatum(sdp_state_serialize(w->stateful->store, ks.entry));
 		}
 		else
 			del_keys[ndel++] = CStringGetTextDatum(keys[i]);	/* deleted, or resting: deleted now */
 		sdp_state_close_key(&ks);
 		CHECK_FOR_INTERRUPTS();
 	}
-	Assert(w->store->nresting == 0);	/* a resting key is always dirty */
+	Assert(w->stateful->store->nresting == 0);	/* a resting key is always dirty */
 
-	sdp_store_offsets(w, w->npartitions, w->partitions, next, NULL, false);
+	sdp_store_offsets(w, w->parts.n, w->parts.ids, next, NULL, false);
 	values[0] = Int64GetDatum(w->args.flow_id);
 	sdp_catalog_enter(&scope);
 	if (nput > 0)
@@ -789,76 +846,76 @@ write_checkpoint(FlowWorker *w, int64 *next)
 		values[1] = PointerGetDatum(construct_array(put_keys, nput, TEXTOID, -1, false, TYPALIGN_INT));
 		values[2] = PointerGetDatum(construct_array(put_blobs, nput, BYTEAOID, -1, false, TYPALIGN_INT));
 		values[3] = PointerGetDatum(construct_array(put_parts, nput, INT4OID, 4, true, TYPALIGN_INT));
-		if (SPI_execute_plan(w->checkpoint_put_plan, values, NULL, false, 0) != SPI_OK_INSERT)
+		if (SPI_execute_plan(w->stateful->checkpoint_put_plan, values, NULL, false, 0) != SPI_OK_INSERT)
 			elog(ERROR, "could not write the state checkpoint");
 	}
 	if (ndel > 0)
 	{
 		values[1] = PointerGetDatum(construct_array(del_keys, ndel, TEXTOID, -1, false, TYPALIGN_INT));
-		if (SPI_execute_plan(w->checkpoint_delete_plan, values, NULL, false, 0) != SPI_OK_DELETE)
+		if (SPI_execute_plan(w->stateful->checkpoint_delete_plan, values, NULL, false, 0) != SPI_OK_DELETE)
 			elog(ERROR, "could not write the state checkpoint");
 	}
-	for (int i = 0; i < w->npartitions; i++)
-		own[i] = Int32GetDatum(w->partitions[i]);
-	values[1] = PointerGetDatum(construct_array(own, w->npartitions, INT4OID, 4, true, TYPALIGN_INT));
-	if (SPI_execute_plan(w->checkpoint_offsets_plan, values, NULL, false, 0) != SPI_OK_UPDATE)
+	for (int i = 0; i < w->parts.n; i++)
+		own[i] = Int32GetDatum(w->parts.ids[i]);
+	values[1] = PointerGetDatum(construct_array(own, w->parts.n, INT4OID, 4, true, TYPALIGN_INT));
+	if (SPI_execute_plan(w->stateful->checkpoint_offsets_plan, values, NULL, false, 0) != SPI_OK_UPDATE)
 		elog(ERROR, "could not write the state checkpoint's offsets");
-	if (w->event_time_index >= 0)
+	if (w->stateful->event_time_index >= 0)
 	{
-		Datum	   *pd = palloc(sizeof(Datum) * Max(w->nwm, 1));
-		Datum	   *td = palloc(sizeof(Datum) * Max(w->nwm, 1));
+		Datum	   *pd = palloc(sizeof(Datum) * Max(w->stateful->nwm, 1));
+		Datum	   *td = palloc(sizeof(Datum) * Max(w->stateful->nwm, 1));
 		int			np = 0;
 		Datum		wv[5];
 		char		wnulls[5] = {' ', ' ', ' ', ' ', ' '};
 
 		/* this worker's partitions only: the others are other workers' */
-		for (int i = 0; i < w->npartitions; i++)
+		for (int i = 0; i < w->parts.n; i++)
 		{
-			int32		p = w->partitions[i];
+			int32		p = w->parts.ids[i];
 
-			if (p < w->nwm && w->wm_max[p] != DT_NOBEGIN)
+			if (p < w->stateful->nwm && w->stateful->wm_max[p] != DT_NOBEGIN)
 			{
 				pd[np] = Int32GetDatum(p);
-				td[np++] = TimestampTzGetDatum(w->wm_max[p]);
+				td[np++] = TimestampTzGetDatum(w->stateful->wm_max[p]);
 			}
 		}
 		wv[0] = values[0];
 		wv[1] = PointerGetDatum(construct_array(pd, np, INT4OID, 4, true, TYPALIGN_INT));
 		wv[2] = PointerGetDatum(construct_array(td, np, TIMESTAMPTZOID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
-		wv[3] = TimestampTzGetDatum(w->opctx->watermark);
-		wnulls[3] = w->opctx->watermark == DT_NOBEGIN ? 'n' : ' ';
+		wv[3] = TimestampTzGetDatum(w->stateful->opctx->watermark);
+		wnulls[3] = w->stateful->opctx->watermark == DT_NOBEGIN ? 'n' : ' ';
 		/* sdp.flows.watermark is one worker's: written when there is one only */
 		wv[4] = BoolGetDatum(w->args.nworkers == 1);
-		if (SPI_execute_plan(w->checkpoint_watermark_plan, wv, wnulls, false, 0) < 0)
+		if (SPI_execute_plan(w->stateful->checkpoint_watermark_plan, wv, wnulls, false, 0) < 0)
 			elog(ERROR, "could not write the state checkpoint's watermark");
 	}
 	sdp_catalog_leave(&scope);
 	MemoryContextSwitchTo(cxt);
 
 	/* the operator's housekeeping of its target, as the owner (a sink flow has none) */
-	if (w->prep.op->maintain && w->opctx->target_relname)
+	if (w->prep.op->maintain && w->stateful->opctx->target_relname)
 	{
-		w->prep.op->maintain(w->opctx);
+		w->prep.op->maintain(w->stateful->opctx);
 		MemoryContextSwitchTo(cxt);
 	}
 
 	/* a failed commit ends the worker, so the set can be emptied now */
-	sdp_state_clear_dirty(w->store);
-	w->offsets_moved = false;
-	w->next_checkpoint = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), w->opts.checkpoint_interval_ms);
+	sdp_state_clear_dirty(w->stateful->store);
+	w->stateful->offsets_moved = false;
+	w->stateful->next_checkpoint = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), w->opts.checkpoint_interval_ms);
 }
 
 static bool
 checkpoint_due(FlowWorker *w, TimestampTz now)
 {
-	return now >= w->next_checkpoint;
+	return now >= w->stateful->next_checkpoint;
 }
 
 /* Something to checkpoint: changed state, or offsets that moved. */
 static bool
 checkpoint_needed(FlowWorker *w)
 {
-	return w->offsets_moved || hash_get_num_entries(w->store->dirty) > 0;
+	return w->stateful->offsets_moved || hash_get_num_entries(w->stateful->store->dirty) > 0;
 }
 
 /* Messages the operator rejected (late events): one dead letter each, stage 'late'. */
@@ -867,7 +924,7 @@ set_aside_rejected(FlowWorker *w, Batch *b)
 {
 	ListCell   *lc;
 
-	foreach(lc, w->opctx->rejected)
+	foreach(lc, w->stateful->opctx->rejected)
 	{
 		SdpRejected *r = lfirst(lc);
 		rd_kafka_message_t *m = NULL;
@@ -892,14 +949,14 @@ set_aside_rejected(FlowWorker *w, Batch *b)
 		if (w->opts.on_error != SDP_ON_ERROR_SKIP)
 			sdp_dead_letter_add(b, m, "late", r->reason, ERRCODE_DATA_EXCEPTION);
 	}
-	w->opctx->rejected = NIL;
+	w->stateful->opctx->rejected = NIL;
 }
 
 /* Before the operator stage: the transform's rows must fit the operator (a data error sets the message aside). */
 void
 sdp_stateful_check_rows(FlowWorker *w, HeapTuple *rows, const int32 *partitions, int n)
 {
-	sdp_operator_check_rows(w->opctx, rows, n);
+	sdp_operator_check_rows(w->stateful->opctx, rows, n);
 	if (w->args.nworkers > 1)
 		check_ownership(w, rows, partitions, n);
 }
@@ -914,14 +971,14 @@ int
 sdp_stateful_operate(FlowWorker *w, Batch *b, HeapTuple *rows, const int32 *partitions, int nrows,
 					 HeapTuple **emitted)
 {
-	SdpOperatorContext *ctx = w->opctx;
+	SdpOperatorContext *ctx = w->stateful->opctx;
 	HeapTuple  *out;
 	int			nout = 0;
 	ListCell   *lc;
 
-	w->state_mutated = true;
+	w->stateful->state_mutated = true;
 	/* keys at rest make room before the state passes a quarter of its limit */
-	sdp_state_purge_resting(w->store);
+	sdp_state_purge_resting(w->stateful->store);
 	ctx->now = GetCurrentTimestamp();
 	ctx->emit_cxt = CurrentMemoryContext;
 	ctx->emitted = NIL;
@@ -954,7 +1011,7 @@ void
 sdp_stateful_checkpoint_if_due(FlowWorker *w, Batch *b)
 {
 	if (b->nmsgs > 0)
-		w->offsets_moved = true;
+		w->stateful->offsets_moved = true;
 	/*
 	 * A sink flow's emitted rows are appended to its outbox and produced:
 	 * a replay after a restart would emit them again.  So a batch that
@@ -965,19 +1022,19 @@ sdp_stateful_checkpoint_if_due(FlowWorker *w, Batch *b)
 	if (w->sink_def.name && b->rows_written > 0)
 	{
 		write_checkpoint(w, b->next);
-		w->checkpoint_deferred = false;
+		w->stateful->checkpoint_deferred = false;
 		b->checkpointed = true;
 		return;
 	}
 	if (checkpoint_due(w, GetCurrentTimestamp()) && checkpoint_needed(w))
 	{
-		if (b->rows_written > 0 && !w->checkpoint_deferred)
+		if (b->rows_written > 0 && !w->stateful->checkpoint_deferred)
 		{
-			w->checkpoint_deferred = true;
+			w->stateful->checkpoint_deferred = true;
 			return;
 		}
 		write_checkpoint(w, b->next);
-		w->checkpoint_deferred = false;
+		w->stateful->checkpoint_deferred = false;
 		b->checkpointed = true;
 	}
 }
@@ -991,8 +1048,8 @@ bool
 sdp_stateful_work_due(FlowWorker *w, TimestampTz now)
 {
 	advance_watermark(w, now);
-	return sdp_operator_next_timer(w->opctx, SDP_PROCESSING_TIME) <= now ||
-		sdp_operator_next_timer(w->opctx, SDP_EVENT_TIME) <= w->opctx->watermark ||
+	return sdp_operator_next_timer(w->stateful->opctx, SDP_PROCESSING_TIME) <= now ||
+		sdp_operator_next_timer(w->stateful->opctx, SDP_EVENT_TIME) <= w->stateful->opctx->watermark ||
 		(checkpoint_due(w, now) && checkpoint_needed(w));
 }
 
@@ -1007,20 +1064,72 @@ bool
 sdp_stateful_limit_error(FlowWorker *w, ErrorData *edata)
 {
 	return edata->sqlerrcode == ERRCODE_CONFIGURATION_LIMIT_EXCEEDED ||
-		(edata->sqlerrcode == ERRCODE_OUT_OF_MEMORY && sdp_state_allocating(w->store));
+		(edata->sqlerrcode == ERRCODE_OUT_OF_MEMORY && sdp_state_allocating(w->stateful->store));
 }
 
 /* When the worker must wake for its operator without input: a timer, or a checkpoint of changed state. */
 TimestampTz
 sdp_stateful_next_wakeup(FlowWorker *w)
 {
-	TimestampTz next = sdp_operator_next_timer(w->opctx, SDP_PROCESSING_TIME);
+	TimestampTz next = sdp_operator_next_timer(w->stateful->opctx, SDP_PROCESSING_TIME);
 
 	if (checkpoint_needed(w))
-		next = Min(next, w->next_checkpoint);
+		next = Min(next, w->stateful->next_checkpoint);
 	/* event-time timers may come due as partitions go idle: look again soon */
-	if (sdp_operator_next_timer(w->opctx, SDP_EVENT_TIME) != DT_NOEND)
+	if (sdp_operator_next_timer(w->stateful->opctx, SDP_EVENT_TIME) != DT_NOEND)
 		next = Min(next, TimestampTzPlusMilliseconds(GetCurrentTimestamp(), 100));
 	return next;
 }
 
+/* The operator's event-time column in the input schema; -1 when none (or no operator). */
+int
+sdp_stateful_event_time_index(FlowWorker *w)
+{
+	return w->stateful ? w->stateful->event_time_index : -1;
+}
+
+/* Whether the operator's rows carry their Kafka partition (else they are sorted by it first). */
+bool
+sdp_stateful_rows_know_partition(FlowWorker *w)
+{
+	return w->stateful && w->stateful->opctx->partition_index >= 0;
+}
+
+/* The Kafka partition of an operator row (sdp_stateful_rows_know_partition). */
+int32
+sdp_stateful_row_partition(FlowWorker *w, HeapTuple row)
+{
+	return sdp_operator_row_partition(w->stateful->opctx, row);
+}
+
+/* The error of the attempt under way that fails the flow, not a message; NULL when none. */
+const char *
+sdp_stateful_fault(FlowWorker *w)
+{
+	return w->stateful ? w->stateful->flow_fault : NULL;
+}
+
+void
+sdp_stateful_clear_fault(FlowWorker *w)
+{
+	if (w->stateful)
+		w->stateful->flow_fault = NULL;
+}
+
+/*
+ * Whether the operator changed its state in the attempt that just ended
+ * (state in shared memory does not roll back with a transaction: a failed
+ * attempt after it restarts the worker from its checkpoint); forgotten once
+ * asked.
+ */
+bool
+sdp_stateful_take_mutated(FlowWorker *w)
+{
+	bool		mutated;
+
+	if (w->stateful == NULL)
+		return false;
+	mutated = w->stateful->state_mutated;
+	w->stateful->state_mutated = false;
+	return mutated;
+}

@@ -9,7 +9,6 @@
 #include "worker/worker_internal.h"
 
 extern void sdp_stateful_start(FlowWorker *w);
-extern void sdp_stateful_prepare_plans(FlowWorker *w);
 extern void sdp_stateful_restore(FlowWorker *w);
 extern void sdp_stateful_reload_if_changed(FlowWorker *w);
 extern void sdp_stateful_begin_attempt(FlowWorker *w);
@@ -21,5 +20,13 @@ extern bool sdp_stateful_work_due(FlowWorker *w, TimestampTz now);
 extern TimestampTz sdp_stateful_next_wakeup(FlowWorker *w);
 extern bool sdp_stateful_limit_error(FlowWorker *w, ErrorData *edata);
 extern void sdp_stateful_publish(FlowWorker *w, bool checkpointed);
+
+/* what the rest of the worker asks of the stage (all answer "none" for a stateless flow) */
+extern int	sdp_stateful_event_time_index(FlowWorker *w);
+extern bool sdp_stateful_rows_know_partition(FlowWorker *w);
+extern int32 sdp_stateful_row_partition(FlowWorker *w, HeapTuple row);
+extern const char *sdp_stateful_fault(FlowWorker *w);
+extern void sdp_stateful_clear_fault(FlowWorker *w);
+extern bool sdp_stateful_take_mutated(FlowWorker *w);
 
 #endif							/* SDP_STATEFUL_H */

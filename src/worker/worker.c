@@ -72,6 +72,33 @@
 
 static FlowWorker *W = NULL;
 
+/*
+ * The loop's own state, file-static as PostgreSQL's apply worker keeps its
+ * own (a worker process runs one flow): what it waits on, when its
+ * periodic work is due, and how it drives a sink flow's relay.
+ */
+static struct
+{
+	rd_kafka_message_t **poll_buf;	/* a batch's messages, max_batch_rows of them */
+	WaitEventSet *wait_set;		/* latch, the source's queue, postmaster death (, the relay's producer) */
+	TimestampTz next_progress;
+	TimestampTz next_watermarks;
+	TimestampTz next_partition_refresh;
+	TimestampTz next_broker_probe;
+	int64		fetcher_wakes;	/* how often it woke the fetcher */
+	bool		committed_once; /* a batch of this worker has committed */
+	int			error_backoff_ms;	/* a batch being retried waits this long */
+	bool		topic_missing;	/* the broker answers but no longer has the topic (deleted) */
+	TimestampTz topic_returned_at;	/* ... and it had, then had it again (created again): when */
+	TimestampTz topic_gone_at;	/* when the flow's status said it was gone */
+	/* a sink flow's relay (kafka/relay.c) */
+	List	   *orphan_relays;	/* KafkaRelay: of rows left by workers of an earlier, larger layout */
+	bool		relay_pending;	/* the outbox may hold rows not produced */
+	bool		relay_draining; /* relay the blocking way (kafka_relay_drain): at start, after an error */
+	int64		relay_wait_seq; /* at start: other workers' rows up to this seq go first, 0: none */
+	int			relay_backoff_ms;	/* the relay could not write the sink: wait this long */
+}			loop;
+
 static void worker_on_exit(int code, Datum arg);
 static void worker_loop(FlowWorker *w);
 static long linger_wait_ms(FlowWorker *w, long wait_ms);
@@ -134,6 +161,16 @@ sdp_flow_worker_main(Datum main_arg)
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
+
+	/*
+	 * One wait set for the whole life of the worker: latch, Kafka's wakeup
+	 * pipe, postmaster death, and a sink flow's relay (added with it).
+	 */
+	loop.poll_buf = MemoryContextAlloc(w->flow_cxt, sizeof(rd_kafka_message_t *) * w->opts.max_batch_rows);
+	loop.wait_set = CreateWaitEventSet(TopMemoryContext, 4);
+	AddWaitEventToSet(loop.wait_set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
+	AddWaitEventToSet(loop.wait_set, WL_SOCKET_READABLE, kafka_source_event_fd(w->kafka), NULL, NULL);
+	AddWaitEventToSet(loop.wait_set, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL, NULL);
 	sdp_worker_set_state(w, SDP_FLOW_RUNNING, false);
 	if (w->sink_def.name)
 	{
@@ -144,18 +181,18 @@ sdp_flow_worker_main(Datum main_arg)
 
 		w->relay = kafka_relay_create(&w->sink_def, w->args.flow_id, w->args.name,
 									  w->prep.outbox_tagged ? w->args.worker_no : 0, w->prep.outbox_tagged, w->prep.outbox_skips);
-		w->relay_pending = true;	/* what an earlier worker left in the outbox */
-		w->relay_draining = true;	/* before the worker consumes */
+		loop.relay_pending = true;	/* what an earlier worker left in the outbox */
+		loop.relay_draining = true;	/* before the worker consumes */
 		/*
 		 * Rows that workers of an earlier layout with more workers left:
 		 * relayed by worker k % nworkers, under worker k's transactional.id,
 		 * before this worker writes anything (every worker of the earlier
 		 * layout has exited: the launcher starts a new layout only then).
 		 */
-		orphans = kafka_relay_orphans(w->args.flow_id, w->args.nworkers, w->args.worker_no, &w->relay_wait_seq);
+		orphans = kafka_relay_orphans(w->args.flow_id, w->args.nworkers, w->args.worker_no, &loop.relay_wait_seq);
 		foreach(lc, orphans)
 		{
-			w->orphan_relays = lappend(w->orphan_relays,
+			loop.orphan_relays = lappend(loop.orphan_relays,
 									   kafka_relay_create(&w->sink_def, w->args.flow_id, w->args.name,
 														  lfirst_int(lc), true, w->prep.outbox_skips));
 			ereport(LOG,
@@ -164,7 +201,7 @@ sdp_flow_worker_main(Datum main_arg)
 		}
 		MemoryContextSwitchTo(oldcxt);
 		/* its delivery reports wake the worker while a transaction awaits them */
-		AddWaitEventToSet(w->wait_set, WL_SOCKET_READABLE, kafka_relay_event_fd(w->relay), NULL, NULL);
+		AddWaitEventToSet(loop.wait_set, WL_SOCKET_READABLE, kafka_relay_event_fd(w->relay), NULL, NULL);
 		ereport(LOG,
 				(errmsg("sdp flow \"%s\" produces to topic \"%s\" of sink \"%s\" through its outbox",
 						w->args.name, w->sink_def.topic, w->sink_def.name),
@@ -175,16 +212,16 @@ sdp_flow_worker_main(Datum main_arg)
 	if (w->args.nworkers > 1)
 		ereport(LOG,
 				(errmsg("sdp flow \"%s\" worker %d of %d consuming %d of the %d partitions of topic \"%s\" into %s",
-						w->args.name, w->args.worker_no, w->args.nworkers, w->npartitions,
-						w->topic_partitions, w->source.topic, w->prep.table_write.relname)));
+						w->args.name, w->args.worker_no, w->args.nworkers, w->parts.n,
+						w->parts.topic_n, w->source.topic, w->prep.table_write.relname)));
 	else if (w->opts.nshare > 0)
 		ereport(LOG,
 				(errmsg("sdp flow \"%s\" consuming %d of the %d partitions of topic \"%s\" (option \"partitions\") into %s",
-						w->args.name, w->npartitions, w->topic_partitions, w->source.topic, w->prep.table_write.relname)));
+						w->args.name, w->parts.n, w->parts.topic_n, w->source.topic, w->prep.table_write.relname)));
 	else
 		ereport(LOG,
 				(errmsg("sdp flow \"%s\" consuming topic \"%s\" (%d partitions) into %s",
-						w->args.name, w->source.topic, w->npartitions, w->prep.table_write.relname)));
+						w->args.name, w->source.topic, w->parts.n, w->prep.table_write.relname)));
 	ereport(LOG,
 			(errmsg("sdp flow \"%s\" writes into %s by %s",
 					w->args.name, w->prep.table_write.relname, sdp_table_write_path_description(&w->prep.table_write))));
@@ -229,7 +266,7 @@ worker_wait_events(FlowWorker *w, long timeout_ms)
 {
 	WaitEvent	event;
 
-	if (WaitEventSetWait(w->wait_set, timeout_ms, &event, 1, PG_WAIT_EXTENSION) > 0)
+	if (WaitEventSetWait(loop.wait_set, timeout_ms, &event, 1, PG_WAIT_EXTENSION) > 0)
 	{
 		if (event.events & WL_LATCH_SET)
 			ResetLatch(MyLatch);
@@ -255,10 +292,10 @@ worker_topic_gone(FlowWorker *w, const char *error)
 	ereport(LOG,
 			(errmsg("sdp flow \"%s\": %s", w->args.name, msg),
 			 errhint("Create topic \"%s\" again, or drop the flow with sdp_drop_flow().", w->source.topic)));
-	w->topic_missing = true;
+	loop.topic_missing = true;
 	sdp_worker_set_error(w, msg);
 	SpinLockAcquire(&w->slot->mutex);
-	w->topic_gone_at = w->slot->ctl.last_error_at;
+	loop.topic_gone_at = w->slot->ctl.last_error_at;
 	SpinLockRelease(&w->slot->mutex);
 	sdp_worker_set_state(w, SDP_FLOW_RETRYING, false);
 	pfree(msg);
@@ -273,11 +310,11 @@ static void
 worker_topic_back(FlowWorker *w)
 {
 	ereport(LOG, (errmsg("sdp flow \"%s\": topic \"%s\" is back on the broker", w->args.name, w->source.topic)));
-	w->topic_missing = false;
-	w->topic_returned_at = GetCurrentTimestamp();
+	loop.topic_missing = false;
+	loop.topic_returned_at = GetCurrentTimestamp();
 	sdp_worker_set_state(w, SDP_FLOW_RUNNING, false);
 	SpinLockAcquire(&w->slot->mutex);
-	if (w->slot->ctl.last_error_at == w->topic_gone_at)
+	if (w->slot->ctl.last_error_at == loop.topic_gone_at)
 	{
 		w->slot->ctl.last_error[0] = '\0';
 		w->slot->ctl.last_error_at = 0;
@@ -312,12 +349,12 @@ periodic_work_round(FlowWorker *w, TimestampTz now)
 
 	if (kafka_source_take_error(w->kafka, error, sizeof(error), &down))
 	{
-		sdp_worker_set_broker(w, !down && !w->topic_missing, error);
+		sdp_worker_set_broker(w, !down && !loop.topic_missing, error);
 		/* a fetch found no such topic or partition: look at the topic now */
 		if (strstr(error, "UNKNOWN_TOPIC") != NULL || strstr(error, "UNKNOWN_PARTITION") != NULL)
-			w->next_partition_refresh = now;
+			loop.next_partition_refresh = now;
 	}
-	else if (!down && !w->topic_missing)
+	else if (!down && !loop.topic_missing)
 		sdp_worker_set_broker(w, true, NULL);
 	sdp_worker_report_refused_host(w);
 
@@ -329,8 +366,8 @@ periodic_work_round(FlowWorker *w, TimestampTz now)
 	 */
 	if (kafka_source_take_reset(w->kafka, error, sizeof(error)) > 0)
 	{
-		bool		recreated = w->topic_missing ||
-			(w->topic_returned_at != 0 && now - w->topic_returned_at < SDP_TOPIC_RETURN_MS * (int64) 1000);
+		bool		recreated = loop.topic_missing ||
+			(loop.topic_returned_at != 0 && now - loop.topic_returned_at < SDP_TOPIC_RETURN_MS * (int64) 1000);
 		char	   *msg = psprintf("messages the flow had not read are no longer on the broker (%s): %s",
 								   recreated ? "the topic was deleted and created again" : "retention",
 								   error);
@@ -339,33 +376,33 @@ periodic_work_round(FlowWorker *w, TimestampTz now)
 		sdp_worker_set_error(w, msg);
 	}
 
-	if (now >= w->next_watermarks)
+	if (now >= loop.next_watermarks)
 	{
 		sdp_worker_publish_high_watermarks(w);
-		w->next_watermarks = TimestampTzPlusMilliseconds(now, SDP_WATERMARK_REFRESH_MS);
+		loop.next_watermarks = TimestampTzPlusMilliseconds(now, SDP_WATERMARK_REFRESH_MS);
 	}
 
-	if (now >= w->next_progress)
+	if (now >= loop.next_progress)
 	{
 		SdpProgress *progress = palloc(sizeof(SdpProgress));
 
 		sdp_metrics_report(&w->metrics, now, progress);
-		progress->fetcher_wakes = w->fetcher_wakes;
+		progress->fetcher_wakes = loop.fetcher_wakes;
 		SDP_SLOT_STATS_BEGIN_WRITE(w->slot);
 		w->slot->stats.progress = *progress;
 		SDP_SLOT_STATS_END_WRITE(w->slot);
 		pfree(progress);
 		kafka_source_emit_logs(w->kafka);
-		kafka_source_commit_async(w->kafka, w->npartitions, w->partitions, w->next_offset);
-		w->next_progress = TimestampTzPlusMilliseconds(now, w->opts.progress_interval_ms);
+		kafka_source_commit_async(w->kafka, w->parts.n, w->parts.ids, w->parts.next);
+		loop.next_progress = TimestampTzPlusMilliseconds(now, w->opts.progress_interval_ms);
 	}
 
 	/*
 	 * A lost broker, or a topic gone, is probed with a metadata request,
 	 * which also finds new partitions.
 	 */
-	if (((kafka_source_is_down(w->kafka) || w->topic_missing) && now >= w->next_broker_probe) ||
-		now >= w->next_partition_refresh)
+	if (((kafka_source_is_down(w->kafka) || loop.topic_missing) && now >= loop.next_broker_probe) ||
+		now >= loop.next_partition_refresh)
 	{
 		int32	   *partitions;
 		char	   *perror;
@@ -374,20 +411,20 @@ periodic_work_round(FlowWorker *w, TimestampTz now)
 		if (n > 0)
 		{
 			sdp_worker_set_broker(w, true, NULL);
-			if (w->topic_missing)
+			if (loop.topic_missing)
 				worker_topic_back(w);
-			if (n > w->topic_partitions)
+			if (n > w->parts.topic_n)
 				sdp_worker_take_partitions(w, n, partitions);
 			pfree(partitions);
 		}
 		else
 		{
 			sdp_worker_set_broker(w, false, perror);
-			if (!kafka_source_is_down(w->kafka) && !w->topic_missing)
+			if (!kafka_source_is_down(w->kafka) && !loop.topic_missing)
 				worker_topic_gone(w, perror);
 		}
-		w->next_broker_probe = TimestampTzPlusMilliseconds(now, SDP_BROKER_PROBE_MS);
-		w->next_partition_refresh = TimestampTzPlusMilliseconds(now, SDP_PARTITION_REFRESH_MS);
+		loop.next_broker_probe = TimestampTzPlusMilliseconds(now, SDP_BROKER_PROBE_MS);
+		loop.next_partition_refresh = TimestampTzPlusMilliseconds(now, SDP_PARTITION_REFRESH_MS);
 	}
 
 	/*
@@ -469,20 +506,20 @@ worker_run_batch(FlowWorker *w, Batch *b)
 		switch (sdp_batch_run(w, b, &message))
 		{
 			case SDP_BATCH_COMMITTED:
-				w->error_backoff_ms = 0;
+				loop.error_backoff_ms = 0;
 				sdp_batch_account(w, b);
 				if (w->relay)
 				{
 					kafka_relay_batch_committed(w->relay);
 					if (b->rows_written > 0)
-						w->relay_pending = true;
+						loop.relay_pending = true;
 				}
 				/* the error of a retry, or of an earlier worker of the flow, is over */
 				if (retried)
 					sdp_worker_set_state(w, SDP_FLOW_RUNNING, true);
-				else if (!w->committed_once)
+				else if (!loop.committed_once)
 					sdp_worker_clear_earlier_error(w);
-				w->committed_once = true;
+				loop.committed_once = true;
 				pgstat_report_activity(STATE_IDLE, NULL);
 				return;
 			case SDP_BATCH_FAIL:
@@ -496,18 +533,18 @@ worker_run_batch(FlowWorker *w, Batch *b)
 				break;
 			case SDP_BATCH_RETRY:
 				retried = true;
-				w->error_backoff_ms = Min(Max(w->error_backoff_ms * 2, SDP_RETRY_MIN_MS), SDP_RETRY_MAX_MS);
+				loop.error_backoff_ms = Min(Max(loop.error_backoff_ms * 2, SDP_RETRY_MIN_MS), SDP_RETRY_MAX_MS);
 				msg = psprintf("batch of %d messages not written, retrying in %d ms: %s",
-							   b->nmsgs, w->error_backoff_ms, message);
+							   b->nmsgs, loop.error_backoff_ms, message);
 				ereport(LOG, (errmsg("sdp flow \"%s\": %s", w->args.name, msg)));
 				sdp_worker_set_error(w, msg);
 				sdp_worker_set_state(w, SDP_FLOW_RETRYING, false);
 				pgstat_report_activity(STATE_IDLE, NULL);
-				sdp_worker_wait(w, w->error_backoff_ms);
+				sdp_worker_wait(w, loop.error_backoff_ms);
 				/* the lag goes on growing while we wait: show it */
 				sdp_worker_publish_high_watermarks(w);
 				/* a skip request (it set our latch) applies to this batch's next attempt */
-				if (w->skips_pending)
+				if (sdp_skips_changed(w))
 				{
 					sdp_skips_reload(w);
 					batch_decode_again(b);
@@ -527,12 +564,12 @@ worker_backlog(FlowWorker *w)
 {
 	int64		backlog = 0;
 
-	for (int i = 0; i < w->npartitions; i++)
+	for (int i = 0; i < w->parts.n; i++)
 	{
-		int64		hw = kafka_source_cached_high_watermark(w->kafka, w->partitions[i]);
+		int64		hw = kafka_source_cached_high_watermark(w->kafka, w->parts.ids[i]);
 
-		if (hw > w->next_offset[i])
-			backlog += hw - w->next_offset[i];
+		if (hw > w->parts.next[i])
+			backlog += hw - w->parts.next[i];
 	}
 	return backlog;
 }
@@ -564,7 +601,7 @@ worker_poll(FlowWorker *w)
 	size_t		bytes = 0;
 	size_t		max_bytes = (size_t) w->opts.max_batch_kb * 1024;
 	int			max_rows = w->opts.max_batch_rows;
-	int			n = kafka_source_poll(w->kafka, w->poll_buf, max_rows, &bytes, max_bytes);
+	int			n = kafka_source_poll(w->kafka, loop.poll_buf, max_rows, &bytes, max_bytes);
 	int			wait_ms = w->opts.max_batch_wait_ms;
 
 	if (n == 0 || n >= max_rows || bytes >= max_bytes)
@@ -594,7 +631,7 @@ worker_poll(FlowWorker *w)
 			if (queued <= before && kafka_source_queue_near_full(w->kafka, queued, (double) bytes / n))
 				break;
 		}
-		return n + kafka_source_poll(w->kafka, w->poll_buf + n, max_rows - n, &bytes, max_bytes);
+		return n + kafka_source_poll(w->kafka, loop.poll_buf + n, max_rows - n, &bytes, max_bytes);
 	}
 	else
 	{
@@ -608,7 +645,7 @@ worker_poll(FlowWorker *w)
 				break;
 			worker_wait_events(w, linger_wait_ms(w, left));
 			CHECK_FOR_INTERRUPTS();
-			n += kafka_source_poll(w->kafka, w->poll_buf + n, max_rows - n, &bytes, max_bytes);
+			n += kafka_source_poll(w->kafka, loop.poll_buf + n, max_rows - n, &bytes, max_bytes);
 		}
 	}
 	return n;
@@ -623,8 +660,8 @@ static void
 wake_fetcher_if_behind(FlowWorker *w)
 {
 	if (!kafka_source_is_down(w->kafka) &&
-		kafka_source_wake_fetcher(w->kafka, w->npartitions, w->partitions))
-		w->fetcher_wakes++;
+		kafka_source_wake_fetcher(w->kafka, w->parts.n, w->parts.ids))
+		loop.fetcher_wakes++;
 }
 
 /* Whether a relay of this worker was fenced by another server's (kafka_relay_fenced). */
@@ -635,7 +672,7 @@ worker_relay_fenced(FlowWorker *w)
 
 	if (kafka_relay_fenced(w->relay))
 		return true;
-	foreach(lc, w->orphan_relays)
+	foreach(lc, loop.orphan_relays)
 	{
 		if (kafka_relay_fenced((KafkaRelay *) lfirst(lc)))
 			return true;
@@ -670,22 +707,22 @@ worker_relay(FlowWorker *w)
 	 * stable offset below the end until the broker times it out, and the
 	 * read-back would wait for it.
 	 */
-	done = w->orphan_relays == NIL || kafka_relay_fence(w->relay, &error);
-	foreach(lc, w->orphan_relays)
+	done = loop.orphan_relays == NIL || kafka_relay_fence(w->relay, &error);
+	foreach(lc, loop.orphan_relays)
 	{
 		if (!done)
 			break;
 		done = kafka_relay_fence((KafkaRelay *) lfirst(lc), &error);
 	}
-	while (done && w->orphan_relays != NIL)
+	while (done && loop.orphan_relays != NIL)
 	{
-		KafkaRelay *orphan = linitial(w->orphan_relays);
+		KafkaRelay *orphan = linitial(loop.orphan_relays);
 
 		done = kafka_relay_drain(orphan, &error);
 		if (done)
 		{
 			kafka_relay_destroy(orphan);
-			w->orphan_relays = list_delete_first(w->orphan_relays);
+			loop.orphan_relays = list_delete_first(loop.orphan_relays);
 		}
 	}
 	if (done)
@@ -693,9 +730,9 @@ worker_relay(FlowWorker *w)
 	pgstat_report_activity(STATE_IDLE, NULL);
 	if (done)
 	{
-		if (w->relay_backoff_ms > 0)
+		if (loop.relay_backoff_ms > 0)
 			sdp_worker_set_state(w, SDP_FLOW_RUNNING, true);
-		w->relay_backoff_ms = 0;
+		loop.relay_backoff_ms = 0;
 	}
 	else if (worker_relay_fenced(w))
 	{
@@ -704,15 +741,15 @@ worker_relay(FlowWorker *w)
 	}
 	else
 	{
-		w->relay_backoff_ms = Min(Max(w->relay_backoff_ms * 2, SDP_RETRY_MIN_MS), SDP_RELAY_RETRY_MAX_MS);
-		ereport(LOG, (errmsg("sdp flow \"%s\": %s, retrying in %d ms", w->args.name, error, w->relay_backoff_ms)));
+		loop.relay_backoff_ms = Min(Max(loop.relay_backoff_ms * 2, SDP_RETRY_MIN_MS), SDP_RELAY_RETRY_MAX_MS);
+		ereport(LOG, (errmsg("sdp flow \"%s\": %s, retrying in %d ms", w->args.name, error, loop.relay_backoff_ms)));
 		sdp_worker_set_error(w, error);
 		sdp_worker_set_state(w, SDP_FLOW_RETRYING, false);
 	}
 	MemoryContextSwitchTo(oldcxt);
 	MemoryContextReset(w->batch_cxt);
 	if (!done)
-		sdp_worker_wait(w, w->relay_backoff_ms);
+		sdp_worker_wait(w, loop.relay_backoff_ms);
 	return done;
 }
 
@@ -732,13 +769,13 @@ worker_relay_pump(FlowWorker *w)
 	bool		ok;
 
 	SDP_PROBE_BEGIN(SDP_PROBE_CALLS);
-	ok = kafka_relay_pump(w->relay, &w->relay_pending, &error);
+	ok = kafka_relay_pump(w->relay, &loop.relay_pending, &error);
 	SDP_PROBE_END(SDP_PROBE_CALLS);
 	MemoryContextSwitchTo(oldcxt);
 	if (!ok)
 	{
 		ereport(LOG, (errmsg("sdp flow \"%s\": %s, relaying before consuming again", w->args.name, error)));
-		w->relay_draining = true;
+		loop.relay_draining = true;
 	}
 	MemoryContextReset(w->batch_cxt);
 	return ok;
@@ -755,10 +792,10 @@ worker_relay_pump(FlowWorker *w)
 static long
 linger_wait_ms(FlowWorker *w, long wait_ms)
 {
-	if (w->relay == NULL || w->relay_draining || !kafka_relay_busy(w->relay))
+	if (w->relay == NULL || loop.relay_draining || !kafka_relay_busy(w->relay))
 		return wait_ms;
 	(void) worker_relay_pump(w);	/* the batch's memory holds nothing yet */
-	if (!w->relay_draining && kafka_relay_busy(w->relay))
+	if (!loop.relay_draining && kafka_relay_busy(w->relay))
 		return Min(wait_ms, SDP_BEHIND_STEP_MS);
 	return wait_ms;
 }
@@ -768,10 +805,10 @@ worker_loop(FlowWorker *w)
 {
 	TimestampTz now = GetCurrentTimestamp();
 
-	w->next_progress = TimestampTzPlusMilliseconds(now, w->opts.progress_interval_ms);
-	w->next_watermarks = now;
-	w->next_partition_refresh = TimestampTzPlusMilliseconds(now, SDP_PARTITION_REFRESH_MS);
-	w->next_broker_probe = now;
+	loop.next_progress = TimestampTzPlusMilliseconds(now, w->opts.progress_interval_ms);
+	loop.next_watermarks = now;
+	loop.next_partition_refresh = TimestampTzPlusMilliseconds(now, SDP_PARTITION_REFRESH_MS);
+	loop.next_broker_probe = now;
 
 	for (;;)
 	{
@@ -779,7 +816,7 @@ worker_loop(FlowWorker *w)
 
 		CHECK_FOR_INTERRUPTS();
 		sdp_worker_check_stop_request(w);
-		if (w->skips_pending)
+		if (sdp_skips_changed(w))
 			sdp_skips_reload(w);
 		if (ConfigReloadPending)
 		{
@@ -788,16 +825,16 @@ worker_loop(FlowWorker *w)
 		}
 		if (w->prep.op)
 			sdp_stateful_reload_if_changed(w);
-		if (w->relay_draining)
+		if (loop.relay_draining)
 		{
 			SDP_PROBE_BEGIN(SDP_PROBE_STALL);
 			if (!worker_relay(w))
 				continue;
 			SDP_PROBE_END(SDP_PROBE_STALL);
-			w->relay_pending = false;
-			w->relay_draining = false;
+			loop.relay_pending = false;
+			loop.relay_draining = false;
 		}
-		if (w->relay_wait_seq > 0)
+		if (loop.relay_wait_seq > 0)
 		{
 			/*
 			 * At start, the rows other workers left (workers of an earlier
@@ -805,15 +842,15 @@ worker_loop(FlowWorker *w)
 			 * produced first, by their relays: a key's messages keep their
 			 * order when its partition moves between workers.
 			 */
-			if (kafka_relay_others_pending(w->relay, w->relay_wait_seq))
+			if (kafka_relay_others_pending(w->relay, loop.relay_wait_seq))
 			{
 				pgstat_report_activity(STATE_IDLE, "sdp: waiting for the outbox rows of other workers");
 				sdp_worker_wait(w, 10);
 				continue;
 			}
-			w->relay_wait_seq = 0;
+			loop.relay_wait_seq = 0;
 		}
-		if (w->relay && (w->relay_pending || kafka_relay_busy(w->relay)) && !worker_relay_pump(w))
+		if (w->relay && (loop.relay_pending || kafka_relay_busy(w->relay)) && !worker_relay_pump(w))
 			continue;
 
 		n = worker_poll(w);
@@ -826,14 +863,14 @@ worker_loop(FlowWorker *w)
 
 			memset(&batch, 0, sizeof(batch));
 			batch.nmsgs = n;
-			batch.msgs = w->poll_buf;
+			batch.msgs = loop.poll_buf;
 			batch.read_us = sdp_unix_now_us();
 			SDP_PROBE_BEGIN(SDP_PROBE_BATCH);
 			worker_run_batch(w, &batch);
 			SDP_PROBE_END(SDP_PROBE_BATCH);
 			n = batch.nmsgs;	/* a retried batch may have grown */
 			for (int i = 0; i < n; i++)
-				rd_kafka_message_destroy(w->poll_buf[i]);
+				rd_kafka_message_destroy(loop.poll_buf[i]);
 			MemoryContextSwitchTo(oldcxt);
 			MemoryContextReset(w->batch_cxt);
 			now = GetCurrentTimestamp();
@@ -855,13 +892,13 @@ worker_loop(FlowWorker *w)
 		if (n == 0)
 		{
 			/* Nothing arrived: sleep until a message, the latch, or the next periodic work. */
-			TimestampTz next = Min(w->next_progress, w->next_watermarks);
+			TimestampTz next = Min(loop.next_progress, loop.next_watermarks);
 
 			if (w->prep.op)
 				next = Min(next, sdp_stateful_next_wakeup(w));
 			if (kafka_source_is_down(w->kafka))
-				next = Min(next, w->next_broker_probe);
-			next = Min(next, w->next_partition_refresh);
+				next = Min(next, loop.next_broker_probe);
+			next = Min(next, loop.next_partition_refresh);
 			if (w->relay)
 			{
 				TimestampTz due = kafka_relay_delete_due(w->relay);
@@ -874,7 +911,7 @@ worker_loop(FlowWorker *w)
 				 */
 				if (kafka_relay_busy(w->relay))
 					next = Min(next, kafka_relay_ack_deadline(w->relay));
-				else if (w->relay_pending)
+				else if (loop.relay_pending)
 					next = Min(next, TimestampTzPlusMilliseconds(now, 1));
 			}
 			worker_wait_events(w, ms_until(now, next));

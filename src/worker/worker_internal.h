@@ -61,14 +61,6 @@ typedef struct SdpMessageId
 	int64		offset;
 } SdpMessageId;
 
-/* A message the flow's owner asked the flow to skip (sdp.skipped_messages). */
-typedef struct SdpSkip
-{
-	int32		partition;
-	int64		offset;
-	char	   *requested_by;
-} SdpSkip;
-
 /* One batch of messages, from poll to commit. */
 typedef struct Batch
 {
@@ -95,6 +87,29 @@ typedef struct Batch
 	List	   *skipped;		/* DeadLetter *: those messages, dead-lettered whatever on_error says */
 } Batch;
 
+typedef struct SdpStatefulState SdpStatefulState;
+typedef struct SdpSkips SdpSkips;
+
+/*
+ * The partitions a worker consumes (sdp_worker_owns_partition), sorted, and
+ * the next offset of each as committed; offsets.c adds to it.
+ */
+typedef struct SdpPartitionSet
+{
+	int			n;
+	int32	   *ids;			/* sorted */
+	int64	   *next;			/* per partition: next offset to read (committed) */
+	int			max_id;
+	int		   *index;			/* partition id -> index, -1 if not assigned */
+	int			topic_n;		/* the topic's partitions, as last listed */
+} SdpPartitionSet;
+
+/*
+ * A flow worker: what the launcher passed it, its slot, its memory, its
+ * declaration, and its stages' handles (each stage's state is its own,
+ * behind the pointer: KafkaSource, KafkaRelay, SdpStatefulState, SdpSkips).
+ * The loop's own state is file-static in worker.c.
+ */
 typedef struct FlowWorker
 {
 	SdpWorkerArgs args;
@@ -103,92 +118,25 @@ typedef struct FlowWorker
 	MemoryContext batch_cxt;	/* reset after every batch */
 	MemoryContext periodic_cxt;	/* reset after every round of periodic_work */
 
+	/* the declaration, as sdp.flows has it, and what it runs */
 	SdpSourceDef source;
+	SdpSinkDef	sink_def;		/* name NULL: the flow writes into its target table */
 	SdpFlowOptions opts;
-	SdpFlowPrepared prep;		/* what it runs, checked and prepared as its declaration was (prepare/flow_prepare.c) */
 	char	   *schema_text;
 	char	   *transform_sql;
 	char	   *operator_name;
 	char	   *target_name;
-	Oid			target;
-	SPIPlanPtr	user_plan;
+	Oid			target;			/* the target table, or sdp.outbox for a flow with a sink */
+	uint64		config_generation;	/* the slot's when the declaration was read: a change reloads it */
+	SdpFlowPrepared prep;		/* checked and prepared as its declaration was (prepare/flow_prepare.c) */
 
-	SPIPlanPtr	offsets_plan;		/* UPDATE: every batch */
-	SPIPlanPtr	offsets_insert_plan;	/* INSERT: partitions newly assigned */
-	SPIPlanPtr	dead_letter_plan;
-	SPIPlanPtr	notify_plan;	/* option notify */
-
-	/* stateful flows (stateful.c) */
-	SdpOperatorContext *opctx;
-	SdpStateStore *store;
-	size_t		state_limit;
-	SPIPlanPtr	checkpoint_put_plan;
-	SPIPlanPtr	checkpoint_delete_plan;
-	SPIPlanPtr	checkpoint_offsets_plan;
-	TimestampTz next_checkpoint;
-	bool		offsets_moved;	/* since the last checkpoint */
-	bool		checkpoint_deferred;	/* a due checkpoint left to the batch after one that emitted */
-	bool		state_mutated;	/* in a batch, the operator has changed state */
-	char	   *flow_fault;		/* in a batch, an error that fails the flow, not a message (check_ownership) */
-	SPIPlanPtr	checkpoint_watermark_plan;
-	uint64		config_generation;
-	bool		partitioned_state;	/* the catalog records keys' partitions (0.3 and later) */
-	HTAB	   *batch_owners;	/* workers > 1: key -> partition claimed by this attempt's rows */
-	SdpStateStore **sibling;	/* workers > 1: the other workers' stores, attached to read owners */
-	dsa_handle *sibling_area;	/* ... and the areas they are */
-
-	/* event time: per partition id, the highest event time seen and when data last came */
-	int			event_time_index;	/* in the input schema, -1 when none */
-	int			nwm;
-	TimestampTz *wm_max;		/* highest event time seen, DT_NOBEGIN: none yet */
-	TimestampTz *wm_last;		/* when data last came (or when the partition was first seen) */
-	int64	   *wm_pos;			/* next offset, as far as this worker has read */
-	TimestampTz wm_last_data;	/* when data last came on any partition */
-
-	/* a sink flow: its rows go to sdp.outbox (kafka/outbox.c), and the relay produces them (kafka/relay.c) */
-	SdpSinkDef	sink_def;		/* name NULL: the flow writes into its target table */
-	KafkaRelay *relay;			/* of the rows this worker writes (its worker number's) */
-	List	   *orphan_relays;	/* KafkaRelay: of rows left by workers of an earlier, larger layout */
-	bool		relay_pending;	/* the outbox may hold rows not produced */
-	bool		relay_draining; /* relay the blocking way (kafka_relay_drain): at start, after an error */
-	int64		relay_wait_seq; /* at start: other workers' rows up to this seq go first, 0: none */
-	int			relay_backoff_ms;	/* the relay could not write the sink: wait this long */
-
-	KafkaSource *kafka;
-	int			topic_partitions;	/* of the topic, as last listed */
-	int			npartitions;	/* this worker's (sdp_worker_owns_partition) */
-	int			share_missing;	/* partitions of its share the topic does not have (yet) */
-	bool		topic_missing;	/* the broker answers but no longer has the topic (deleted) */
-	TimestampTz topic_returned_at;	/* ... and it had, then had it again (created again): when */
-	TimestampTz topic_gone_at;	/* when the flow's status said it was gone */
-	int32	   *partitions;		/* sorted */
-	int64	   *next_offset;	/* per partition: next offset to read (committed) */
-	int			max_partition_id;
-	int		   *partition_index;	/* partition id -> index, -1 if not assigned */
-
-	rd_kafka_message_t **poll_buf;
-	WaitEventSet *wait_set;		/* latch, the source's queue, postmaster death (, the relay's producer) */
-	SdpMetrics	metrics;
-
-	TimestampTz next_progress;
-	TimestampTz next_watermarks;
-	TimestampTz next_partition_refresh;
-	TimestampTz next_broker_probe;
-	int64		fetcher_wakes;	/* how often it woke the fetcher */
-	bool		committed_once; /* a batch of this worker has committed */
-	/* waiting for a broker to answer (sdp_worker_wait_for_broker): since when, last logged, the state before */
-	TimestampTz broker_wait_since;
-	TimestampTz broker_wait_logged;
-	int			broker_wait_state;
-	int			error_backoff_ms;
-
-	/* skip requests (skip.c), sorted by partition and offset */
-	bool		skip_table;		/* sdp.skipped_messages exists (a 0.2 catalog) */
-	uint64		skip_generation;	/* the slot's skip_generation when they were read */
-	bool		skips_pending;	/* the slot's has moved on: read them again */
-	MemoryContext skip_cxt;
-	int			nskips;
-	SdpSkip    *skips;
+	/* its stages */
+	KafkaSource *kafka;			/* the consumer (kafka/kafka_source.c) */
+	SdpPartitionSet parts;		/* its partitions and their committed offsets (offsets.c) */
+	SdpStatefulState *stateful; /* the operator stage (stateful.c), NULL for a stateless flow */
+	KafkaRelay *relay;			/* a sink flow's relay of the rows this worker writes (kafka/relay.c) */
+	SdpSkips   *skips;			/* the skip requests (skip.c) */
+	SdpMetrics	metrics;		/* the latencies of its batches, until the next progress report */
 } FlowWorker;
 
 

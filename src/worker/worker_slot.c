@@ -26,6 +26,14 @@
 
 static char refused_host[256];	/* the last broker the resolver refused (sdp_worker_report_refused_host) */
 
+/* Waiting for a broker to answer (sdp_worker_wait_for_broker): since when, last logged, the state before. */
+static struct
+{
+	TimestampTz since;
+	TimestampTz logged;
+	SdpFlowState state;
+}			broker_wait;
+
 /* Record an error in the slot, for sdp.flow_status. */
 void
 sdp_worker_set_error(FlowWorker *w, const char *message)
@@ -74,19 +82,19 @@ sdp_worker_wait_for_broker(FlowWorker *w, const char *what, const char *error)
 						 error, refused_host);
 	msg = psprintf("%s: source \"%s\" (brokers %s): %s; trying again every second",
 				   what, w->source.name, w->source.bootstrap_servers, error);
-	if (w->broker_wait_since == 0 || now >= TimestampTzPlusMilliseconds(w->broker_wait_logged, 60000))
+	if (broker_wait.since == 0 || now >= TimestampTzPlusMilliseconds(broker_wait.logged, 60000))
 	{
 		ereport(LOG,
 				(errmsg("sdp flow \"%s\" %s", w->args.name, msg),
 				 errhint("Check that the brokers can be reached from the database server and that topic \"%s\" exists.",
 						 w->source.topic)));
-		w->broker_wait_logged = now;
+		broker_wait.logged = now;
 	}
-	if (w->broker_wait_since == 0)
+	if (broker_wait.since == 0)
 	{
-		w->broker_wait_since = now;
+		broker_wait.since = now;
 		SpinLockAcquire(&w->slot->mutex);
-		w->broker_wait_state = w->slot->ctl.state;
+		broker_wait.state = w->slot->ctl.state;
 		SpinLockRelease(&w->slot->mutex);
 	}
 	sdp_worker_set_broker(w, false, error);
@@ -100,15 +108,15 @@ sdp_worker_wait_for_broker(FlowWorker *w, const char *what, const char *error)
 void
 sdp_worker_broker_answered(FlowWorker *w)
 {
-	if (w->broker_wait_since == 0)
+	if (broker_wait.since == 0)
 		return;
 	ereport(LOG,
 			(errmsg("sdp flow \"%s\": the brokers of source \"%s\" answered after %ld s",
-					w->args.name, w->source.name, (long) ((GetCurrentTimestamp() - w->broker_wait_since) / USECS_PER_SEC))));
+					w->args.name, w->source.name, (long) ((GetCurrentTimestamp() - broker_wait.since) / USECS_PER_SEC))));
 	/* back to starting or running, whichever it was (a stop the launcher asked for meanwhile stays) */
-	sdp_worker_set_state(w, w->broker_wait_state == SDP_FLOW_STARTING ? SDP_FLOW_STARTING : SDP_FLOW_RUNNING,
+	sdp_worker_set_state(w, broker_wait.state == SDP_FLOW_STARTING ? SDP_FLOW_STARTING : SDP_FLOW_RUNNING,
 						 true);
-	w->broker_wait_since = 0;
+	broker_wait.since = 0;
 }
 
 /* Sleep up to timeout_ms, staying responsive to stop requests and postmaster death. */
@@ -201,21 +209,15 @@ sdp_worker_report_refused_host(FlowWorker *w)
 /*
  * A launcher that did not start this worker (it restarted since) has no
  * handle to terminate it with: it asks through the slot and sets our latch.
- * A skip request that committed is noticed here too (skips_pending), and
- * read where no transaction is open.
  */
 void
 sdp_worker_check_stop_request(FlowWorker *w)
 {
 	bool		stop;
-	uint64		skip_generation;
 
 	SpinLockAcquire(&w->slot->mutex);
 	stop = w->slot->ctl.stop_requested;
-	skip_generation = w->slot->ctl.skip_generation;
 	SpinLockRelease(&w->slot->mutex);
-	if (skip_generation != w->skip_generation)
-		w->skips_pending = true;
 	if (stop)
 	{
 		ereport(LOG, (errmsg("sdp flow \"%s\" stopping at the launcher's request", w->args.name)));
@@ -262,7 +264,7 @@ sdp_worker_clear_earlier_error(FlowWorker *w)
 void
 sdp_worker_publish_committed(FlowWorker *w)
 {
-	int			n = Min(w->npartitions, SDP_MAX_PARTITIONS);
+	int			n = Min(w->parts.n, SDP_MAX_PARTITIONS);
 	SdpFlowSlot *slot = w->slot;
 
 	SDP_SLOT_STATS_BEGIN_WRITE(slot);
@@ -274,8 +276,8 @@ sdp_worker_publish_committed(FlowWorker *w)
 	}
 	for (int i = 0; i < n; i++)
 	{
-		slot->stats.partitions[i].partition = w->partitions[i];
-		slot->stats.partitions[i].committed = w->next_offset[i];
+		slot->stats.partitions[i].partition = w->parts.ids[i];
+		slot->stats.partitions[i].committed = w->parts.next[i];
 	}
 	SDP_SLOT_STATS_END_WRITE(slot);
 }
@@ -289,12 +291,12 @@ sdp_worker_publish_committed(FlowWorker *w)
 void
 sdp_worker_publish_high_watermarks(FlowWorker *w)
 {
-	int			n = Min(w->npartitions, SDP_MAX_PARTITIONS);
+	int			n = Min(w->parts.n, SDP_MAX_PARTITIONS);
 	int64	   *hw = palloc(sizeof(int64) * Max(n, 1));
 	SdpFlowSlot *slot = w->slot;
 
 	for (int i = 0; i < n; i++)
-		hw[i] = Max(kafka_source_cached_high_watermark(w->kafka, w->partitions[i]), w->next_offset[i]);
+		hw[i] = Max(kafka_source_cached_high_watermark(w->kafka, w->parts.ids[i]), w->parts.next[i]);
 	SDP_SLOT_STATS_BEGIN_WRITE(slot);
 	for (int i = 0; i < n && i < slot->stats.npartitions; i++)
 		slot->stats.partitions[i].high_watermark = hw[i];

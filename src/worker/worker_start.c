@@ -50,6 +50,9 @@
 #include "utils/regproc.h"
 #include "utils/snapmgr.h"
 
+/* Partitions of the flow's share the topic does not have (yet), as last said in the log. */
+static int	share_missing = 0;
+
 static char *
 spi_text(HeapTuple tup, TupleDesc desc, int col)
 {
@@ -301,7 +304,7 @@ sdp_worker_take_partitions(FlowWorker *w, int n, int32 *partitions)
 	for (int i = 0; i < n; i++)
 		if (sdp_worker_owns_partition(&w->opts, partitions[i], w->args.worker_no, w->args.nworkers))
 			mine[nmine++] = partitions[i];
-	w->topic_partitions = n;
+	w->parts.topic_n = n;
 	sdp_assign_partitions(w, nmine, mine);
 	pfree(mine);
 
@@ -323,13 +326,13 @@ sdp_worker_take_partitions(FlowWorker *w, int n, int32 *partitions)
 			if (!found)
 				appendStringInfo(&missing, "%s%d", nmissing++ > 0 ? ", " : "", p);
 		}
-		if (nmissing != w->share_missing && nmissing > 0)
+		if (nmissing != share_missing && nmissing > 0)
 			ereport(LOG,
 					(errmsg("sdp flow \"%s\": topic \"%s\" has no partition%s %s (of option \"partitions\") yet",
 							w->args.name, w->source.topic, nmissing > 1 ? "s" : "", missing.data),
 					 errdetail("The topic has %d partitions. The flow consumes the rest of its share now, and %s once the topic has %s.",
 							   n, nmissing > 1 ? "these" : "this one", nmissing > 1 ? "them" : "it")));
-		w->share_missing = nmissing;
+		share_missing = nmissing;
 		pfree(missing.data);
 	}
 }
@@ -346,7 +349,6 @@ sdp_worker_open_source(FlowWorker *w)
 
 	pgstat_report_activity(STATE_RUNNING, "sdp: connecting to Kafka");
 	w->kafka = kafka_source_create(&w->source, w->args.name);
-	w->poll_buf = palloc(sizeof(rd_kafka_message_t *) * w->opts.max_batch_rows);
 	sdp_metrics_init(&w->metrics);
 
 	/*
@@ -373,15 +375,6 @@ sdp_worker_open_source(FlowWorker *w)
 	if (w->prep.op)
 		sdp_stateful_restore(w);
 	sdp_worker_take_partitions(w, n, partitions);
-
-	/*
-	 * One wait set for the whole life of the worker: latch, Kafka's wakeup
-	 * pipe, postmaster death, and a sink flow's relay (added with it).
-	 */
-	w->wait_set = CreateWaitEventSet(TopMemoryContext, 4);
-	AddWaitEventToSet(w->wait_set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
-	AddWaitEventToSet(w->wait_set, WL_SOCKET_READABLE, kafka_source_event_fd(w->kafka), NULL, NULL);
-	AddWaitEventToSet(w->wait_set, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL, NULL);
 	pgstat_report_activity(STATE_IDLE, NULL);
 }
 
@@ -543,14 +536,10 @@ void
 sdp_assign_partitions(FlowWorker *w, int n, int32 *partitions)
 {
 	MemoryContext cxt = CurrentMemoryContext;
-	MemoryContext oldcxt;
 	int32	   *fresh = palloc(sizeof(int32) * Max(n, 1));
 	int64	   *fresh_off = palloc(sizeof(int64) * Max(n, 1));
 	bool	   *known = palloc(sizeof(bool) * Max(n, 1));
 	int			nfresh = 0;
-	int			total;
-	int32	   *all_parts;
-	int64	   *all_offs;
 	Oid			argtypes[1] = {INT8OID};
 	Datum		values[1] = {Int64GetDatum(w->args.flow_id)};
 	SdpCatalogScope scope;
@@ -578,8 +567,7 @@ sdp_assign_partitions(FlowWorker *w, int n, int32 *partitions)
 	{
 		bool		isnull;
 
-		if (partitions[i] <= w->max_partition_id && w->partition_index &&
-			w->partition_index[partitions[i]] >= 0)
+		if (sdp_partitions_index_of(&w->parts, partitions[i]) >= 0)
 			continue;			/* already consuming it */
 		known[nfresh] = false;
 		for (uint64 r = 0; r < SPI_processed; r++)
@@ -674,36 +662,7 @@ sdp_assign_partitions(FlowWorker *w, int n, int32 *partitions)
 		return;
 	kafka_source_assign(w->kafka, nfresh, fresh, fresh_off);
 
-	/* merge into the sorted partition list */
-	oldcxt = MemoryContextSwitchTo(w->flow_cxt);
-	total = w->npartitions + nfresh;
-	all_parts = palloc(sizeof(int32) * total);
-	all_offs = palloc(sizeof(int64) * total);
-	memcpy(all_parts, w->partitions, sizeof(int32) * w->npartitions);
-	memcpy(all_offs, w->next_offset, sizeof(int64) * w->npartitions);
-	memcpy(all_parts + w->npartitions, fresh, sizeof(int32) * nfresh);
-	memcpy(all_offs + w->npartitions, fresh_off, sizeof(int64) * nfresh);
-	for (int i = 1; i < total; i++)
-		for (int j = i; j > 0 && all_parts[j - 1] > all_parts[j]; j--)
-		{
-			int32		tp = all_parts[j];
-			int64		to = all_offs[j];
-
-			all_parts[j] = all_parts[j - 1];
-			all_offs[j] = all_offs[j - 1];
-			all_parts[j - 1] = tp;
-			all_offs[j - 1] = to;
-		}
-	w->partitions = all_parts;
-	w->next_offset = all_offs;
-	w->npartitions = total;
-	w->max_partition_id = all_parts[total - 1];
-	w->partition_index = palloc(sizeof(int) * (w->max_partition_id + 1));
-	for (int i = 0; i <= w->max_partition_id; i++)
-		w->partition_index[i] = -1;
-	for (int i = 0; i < total; i++)
-		w->partition_index[all_parts[i]] = i;
-	MemoryContextSwitchTo(oldcxt);
+	sdp_partitions_add(&w->parts, nfresh, fresh, fresh_off, w->flow_cxt);
 	sdp_worker_publish_committed(w);
 	sdp_worker_publish_high_watermarks(w);
 }

@@ -92,6 +92,7 @@ typedef struct WindowAcc
 typedef struct WindowAggConfig
 {
 	List	   *defs;			/* AggDefinition */
+	MemoryContext defs_cxt;		/* where they are: replaced at each reload */
 	int64		retention_us;	/* 0: keep every window */
 	SPIPlanPtr	retention_plan;
 } WindowAggConfig;
@@ -552,10 +553,16 @@ window_agg_validate(TupleDesc rows, Jsonb *options, Relation target, SdpFlowOpti
 static void
 load_config(SdpOperatorContext *ctx, WindowAggConfig *cfg)
 {
-	MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+	MemoryContext previous = cfg->defs_cxt;
+	MemoryContext old;
 
+	cfg->defs_cxt = AllocSetContextCreate(TopMemoryContext, "sdp window_agg definitions", ALLOCSET_SMALL_SIZES);
+	old = MemoryContextSwitchTo(cfg->defs_cxt);
 	cfg->defs = sdp_window_agg_read_definitions(ctx->flow_name);
 	MemoryContextSwitchTo(old);
+	/* nothing keeps the old ones: every use reads cfg->defs */
+	if (previous)
+		MemoryContextDelete(previous);
 }
 
 static void *
@@ -576,7 +583,6 @@ window_agg_reload(SdpOperatorContext *ctx)
 {
 	WindowAggConfig *cfg = ctx->config;
 
-	/* the old definitions are a few small allocations: kept, not worth tracking */
 	load_config(ctx, cfg);
 }
 
