@@ -26,7 +26,9 @@
 #     throughput and CPU).
 #
 # Usage: bash bench/run.sh [--quick]      (--quick: smaller sizes, for a smoke test)
-# Results: tables on stdout, and bench/out/<timestamp>.txt
+# Results: tables on stdout, and bench/out/<timestamp>.txt; a full run also
+# writes them into bench/README.md's current figures (bench/current.sh;
+# BENCH_README=0 leaves it alone)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/common.sh
@@ -311,3 +313,7 @@ printf '  %-24s %10.3f %10.3f %11.3f %11.3f %12.3f %14.3f %8d\n' "enrich flow to
 } | tee "$report"
 echo
 echo "saved in $report"
+# a full run is the current figures of its broker (bench/README.md)
+if [ "$quick" != "--quick" ] && [ "${BENCH_README:-1}" != 0 ]; then
+  bash bench/current.sh "$report"
+fi
