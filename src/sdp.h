@@ -69,14 +69,7 @@
 /* Default of the flow option statement_timeout: a batch's statements that run longer are cancelled. */
 #define SDP_DEFAULT_STATEMENT_TIMEOUT_MS	60000
 
-/* GUCs: the variables are in guc.c, their definitions in main.c */
-extern char *sdp_database;
-extern int	sdp_max_flows;
-extern int	sdp_launcher_naptime_ms;
-extern int	sdp_default_max_batch_rows;
-extern int	sdp_default_state_memory_limit_kb;
-extern int	sdp_dead_letter_retention_s;
-extern int	sdp_dead_letter_prune_interval_s;
+#include "guc.h"
 
 /*
  * Begin a transaction in a background worker.  A backend stamps each

@@ -21,6 +21,7 @@
  * below sql/ and worker/, its two callers.
  */
 #include "prepare/flow_prepare.h"
+#include "stateful/registry.h"
 #include "decl/catalog.h"
 #include "decl/flow_options.h"
 #include "decl/input_schema.h"

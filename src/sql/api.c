@@ -36,7 +36,7 @@
 #include "kafka/relay.h"
 #include "kafka/outbox.h"
 #include "kafka/kafka_source.h"
-#include "stateful/operator.h"
+#include "stateful/registry.h"
 #include "exec/table_write.h"
 #include "exec/tombstone_delete.h"
 #include "sql/api.h"

@@ -27,7 +27,7 @@
 
 #include "decl/flow.h"
 #include "kafka/relay.h"
-#include "stateful/operator.h"
+#include "stateful/registry.h"
 #include "stateful/state_store.h"
 #include "decl/catalog.h"
 #include "shmem/metrics.h"

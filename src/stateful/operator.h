@@ -153,9 +153,6 @@ struct SdpOperator
 	void		(*maintain) (SdpOperatorContext *ctx);
 };
 
-/* registry.c */
-extern const SdpOperator *sdp_find_operator(const char *name);
-extern const char *sdp_operator_names(void);
 
 /* the worker, after the transform: keys that fit, and the operator's check_row */
 extern void sdp_operator_check_rows(SdpOperatorContext *ctx, HeapTuple *rows, int n);

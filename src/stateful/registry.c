@@ -7,7 +7,7 @@
  * operators (which use operator.c's helpers), so that operator.c, the
  * framework, does not depend on the operators written against it.
  */
-#include "stateful/operator.h"
+#include "stateful/registry.h"
 
 #include "lib/stringinfo.h"
 

@@ -7,11 +7,15 @@
 #	    is called back by it, through any chain);
 #	  - every call and include goes down the layers, never up:
 #	      main.c > launcher/, sql/ > worker/ > prepare/ > kafka/
-#	      > stateful/, exec/ > decl/ > shmem/ > guc.c > sdp.h
+#	      > stateful/, exec/ > decl/ > shmem/ > guc.c and sdp.h
 #	    so a batch's path enters worker/ and exec/ and comes back only
 #	    through the documented callback interfaces (isolate.h's stages and
 #	    the operator vtable, which are calls through pointers nm does not
 #	    see).
+#	  - a header per module: what a header X.h declares (functions and
+#	    variables) is defined in X.o, the module of the same name, but for
+#	    the worker's entry point, which worker/worker_args.h (all the
+#	    launcher sees of a worker) declares for worker/worker.c;
 #	It reads the tree it runs in, after the build: it fails if it finds no
 #	objects to read, rather than pass on nothing.
 
@@ -37,14 +41,14 @@ my %rank = (
 	'sdp.h' => 0,
 );
 # folders that are one module (the registry names the operators, which use the framework)
-my %module = ('stateful/operators' => 'stateful');
+my %module = ('stateful/operators' => 'stateful', 'guc' => 'base', 'sdp.h' => 'base');
 
 # the layer of a file under src/: its folder, or for the top level its own name
 sub layer ($path)
 {
 	(my $rel = $path) =~ s{^src/}{};
 	my $dir = dirname($rel);
-	return $dir ne '.' ? $dir : ($rel =~ /^(main|guc)\.[co]$/ ? $1 : $rel);
+	return $dir ne '.' ? $dir : ($rel =~ /^(main|guc)\.[coh]$/ ? $1 : $rel);
 }
 
 sub module ($layer) { $module{$layer} // $layer }
@@ -166,6 +170,31 @@ for my $f (@sources)
 cmp_ok(scalar(keys %include_why), '>=', 150, 'includes between the sources were found (' . scalar(keys %include_why) . ')');
 is(join('; ', cycles(%includes)), '', 'no circle of files in the includes');
 is(join("\n", upward(%include_why)), '', 'every include goes down the layers');
+
+# a header per module: each extern of X.h is defined in X.o (one built
+# only with a measurement flag is defined nowhere, and not counted)
+my %header_exception = ('sdp_flow_worker_main' => 'src/worker/worker_args.h');
+my (@stray, $nexterns);
+for my $h (grep { /\.h\z/ } @sources)
+{
+	open(my $fh, '<', $h) or die "$h: $!";
+	local $/;
+	my $text = <$fh>;
+	close($fh);
+	$text =~ s{/\*.*?\*/}{}gs;
+	(my $stem = $h) =~ s/\.h\z//;
+	while ($text =~ /^extern\s+(?:PGDLLEXPORT\s+)?[\w\s\*]+?\b(\w+)\s*(?:\(|\[[^\]]*\]\s*;|;)/mg)
+	{
+		my $name = $1;
+		my $where = $defined_in{$name} // next;
+		$nexterns++;
+		next if ($header_exception{$name} // '') eq $h;
+		(my $module = $where) =~ s/\.o\z//;
+		push @stray, "$h declares $name of $where" if $module ne $stem;
+	}
+}
+cmp_ok($nexterns // 0, '>=', 200, "the headers' declarations were found ($nexterns)");
+is(join("\n", @stray), '', 'each header declares only its own module\'s functions and variables');
 
 # the two halves of the batch path: exec/ never reaches back into worker/
 my @back = grep { layer((split / /)[0]) eq 'exec' && layer((split / /)[1]) eq 'worker' } keys %call_why;
