@@ -340,6 +340,8 @@ store_offsets_in_place(FlowWorker *w, int n, const int32 *partitions, const int6
 	ExecDropSingleTupleTableSlot(new);
 	PopActiveSnapshot();
 	ExecCloseIndices(rri);
+	/* the slots the trigger machinery made for the foreign key's check hold pins: as finish_edata does */
+	ExecResetTupleTable(estate->es_tupleTable, false);
 	FreeExecutorState(estate);
 	table_close(rel, NoLock);
 	return done;
