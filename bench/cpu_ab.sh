@@ -19,6 +19,8 @@
 #                positions (append only), COPY into the same
 #   AB_SOURCE_OPTIONS='{"queued.min.messages": "5000"}'  more properties of
 #                the source (jsonb), e.g. a small local queue
+#   AB_FLOW_OPTIONS='{"max_batch_rows": "20"}'  more options of the flow
+#                (jsonb), e.g. small batches, where the per-batch costs weigh
 # Measures the enrich flow of examples/flights.sql (upsert, every event a
 # new aircraft) and, once, COPY of the same rows into the same table.
 # Prints per-run figures and the medians; nothing is asserted.
@@ -48,10 +50,7 @@ start_with() {  # .so
 stop_pg() { bench_stop; }
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 
-tools/sdp_broker --topic ab:16 --addr-file "$dir/broker.addr" --quiet > "$dir/broker.log" 2>&1 &
-pids+=($!)
-for _ in $(seq 100); do [ -s "$dir/broker.addr" ] && break; sleep 0.1; done
-boot=$(cat "$dir/broker.addr")
+bench_broker ab:16	# embedded, or Apache Kafka with SDP_BENCH_BROKER=kafka; sets $source_options
 tools/flight_sim --bootstrap "$boot" --topic ab --aircraft "$n" --count "$n" --rate 0 --quiet > "$dir/sim.json"
 
 start_with "$a"
@@ -72,7 +71,8 @@ CREATE TABLE pos_ab (LIKE positions $like);
 SELECT sdp_create_flow('ab', source => 'ab', target => 'pos_ab',
   schema => 'icao24 text, callsign text, lat float8, lon float8, baro_alt float8, vert_rate float8,
              squawk text, velocity float8, heading float8, poller_ts timestamptz',
-  transform => \$t\$ ${transform//positions/pos_ab} \$t\$, options => '{"mode": "$mode"}');
+  transform => \$t\$ ${transform//positions/pos_ab} \$t\$,
+  options => '{"mode": "$mode"}'::jsonb || '${AB_FLOW_OPTIONS:-{\}}');
 SQL
     # the drain is timed from the first message read (the worker's start is not)
     until [ "$(sql -c "SELECT coalesce(messages_read, 0) > 0 FROM sdp.flow_status WHERE flow = 'ab'")" = t ]; do
