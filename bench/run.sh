@@ -123,7 +123,7 @@ wait_read() {  # flow count -> prints the time when messages_read reached count
 
 out=bench/out; mkdir -p "$out"; report="$out/$(date -u +%Y%m%dT%H%M%SZ).txt"
 {
-echo "sdp_ext benchmark, $(date -u), $(nproc) cores, $(uname -r), PostgreSQL $(sdp_as_postgres postgres --version | awk '{print $3}'), broker $broker_kind"
+echo "sdp_ext benchmark, $(date -u), $(nproc) cores, $(uname -r), load $(cut -d' ' -f1-3 /proc/loadavg), PostgreSQL $(sdp_as_postgres postgres --version | awk '{print $3}'), broker $broker_kind"
 echo
 
 if [ -n "${BENCH_ONLY_PAY:-}" ]; then TPUT_N=1000; TPUT2_N=1000; RATES=""; MEM_SECONDS=16; fi
