@@ -855,13 +855,26 @@ kafka_source_cached_high_watermark(KafkaSource *ks, int32 partition)
 bool
 kafka_source_wake_fetcher(KafkaSource *ks, int n, const int32 *partitions)
 {
-	rd_kafka_topic_partition_list_t *list;
-	rd_kafka_topic_partition_list_t *behind;
-	rd_kafka_error_t *error;
-
 	if (!ks->queue_filled)
 		return false;
 	ks->queue_filled = false;
+	return kafka_source_refetch(ks, n, partitions);
+}
+
+/*
+ * Seek each of the n partitions whose position is below the end offset seen
+ * in the last fetch response to its own position, asynchronously: the seek
+ * wakes the partition's broker thread, which fetches it from there.
+ * Nothing is skipped or read twice (the position is the next offset not
+ * handed out; what the seek purges never was).  Returns whether it sought
+ * any.  No network, no wait.
+ */
+bool
+kafka_source_refetch(KafkaSource *ks, int n, const int32 *partitions)
+{
+	rd_kafka_topic_partition_list_t *list;
+	rd_kafka_topic_partition_list_t *behind;
+	rd_kafka_error_t *error;
 
 	list = rd_kafka_topic_partition_list_new(n);
 	behind = rd_kafka_topic_partition_list_new(n);

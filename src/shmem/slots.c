@@ -9,14 +9,23 @@
  * counters, partition offsets and progress reports in it; SQL functions read
  * it for sdp.flow_status and sdp_flow_progress().
  *
- * Locking protocol:
- *	- SdpShared->lock (LWLock) guards slot allocation: a slot's in_use and
- *	  name.  The launcher takes it exclusively to allocate or free; anyone
+ * Locking protocol (the fields are grouped by it in slots.h):
+ *	- SdpShared->lock (LWLock) guards slot allocation: a slot's in_use,
+ *	  name, worker_no, nworkers and decl_hash.  The launcher, their only
+ *	  writer, takes it exclusively to allocate or free, and for nothing
+ *	  else (it registers, terminates and logs after releasing it); anyone
  *	  looking a slot up by name takes it shared.
- *	- Each slot's spinlock 'mutex' guards the rest of the slot.  The worker
- *	  writes under it; readers copy the whole slot out under it (sdp_slot_copy)
- *	  and work on the copy.  It is never held across anything but memcpy-sized
- *	  work.
+ *	- Each slot's spinlock 'mutex' guards its control part (SdpSlotControl:
+ *	  state, pid, latch, stop request, generations, the last error), written
+ *	  by the launcher, the worker and (the generations) user backends, with
+ *	  nothing but loads and stores under it.  The state moves only through
+ *	  sdp_slot_transition_locked and its table of legal moves.
+ *	- A slot's stats (SdpSlotStats: counters, progress, partitions, broker,
+ *	  state store) have one writer, the slot's worker (the launcher zeroes
+ *	  them at allocation, before any worker runs), which writes them between
+ *	  SDP_SLOT_STATS_BEGIN_WRITE and _END_WRITE; readers copy them with
+ *	  sdp_slot_read_stats, again while a write was under way (PostgreSQL's
+ *	  st_changecount protocol).  Neither waits for the other.
  *	- launcher_pid and launcher_latch are written by the launcher under the
  *	  LWLock (exclusive) and read under it (shared).
  *	- The owners of flows and sources (owners, owner_objects, nowners,

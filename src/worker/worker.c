@@ -58,6 +58,8 @@
 #define SDP_WATERMARK_REFRESH_MS	500
 /* How often it looks for new partitions of its topic. */
 #define SDP_PARTITION_REFRESH_MS	30000
+/* A partition behind the broker whose offset has not moved this long, the queue empty, is fetched again. */
+#define SDP_STALL_CHECK_MS		5000
 /* How often it probes a broker it lost. */
 #define SDP_BROKER_PROBE_MS		2000
 /* An offset reset this soon after a deleted topic's return is the re-creation's. */
@@ -86,6 +88,9 @@ static struct
 	TimestampTz next_partition_refresh;
 	TimestampTz next_broker_probe;
 	int64		fetcher_wakes;	/* how often it woke the fetcher */
+	TimestampTz next_stall_check;	/* worker_refetch_stalled */
+	int			nstall;			/* the partitions' committed offsets at the last check */
+	int64	   *stall_next;
 	bool		committed_once; /* a batch of this worker has committed */
 	int			error_backoff_ms;	/* a batch being retried waits this long */
 	bool		topic_missing;	/* the broker answers but no longer has the topic (deleted) */
@@ -323,6 +328,7 @@ worker_topic_back(FlowWorker *w)
 }
 
 static void periodic_work_round(FlowWorker *w, TimestampTz now);
+static void worker_refetch_stalled(FlowWorker *w, TimestampTz now);
 
 /*
  * Work that is due by the clock: progress reports, watermarks, partitions,
@@ -381,6 +387,8 @@ periodic_work_round(FlowWorker *w, TimestampTz now)
 		sdp_worker_publish_high_watermarks(w);
 		loop.next_watermarks = TimestampTzPlusMilliseconds(now, SDP_WATERMARK_REFRESH_MS);
 	}
+
+	worker_refetch_stalled(w, now);
 
 	if (now >= loop.next_progress)
 	{
@@ -662,6 +670,57 @@ wake_fetcher_if_behind(FlowWorker *w)
 	if (!kafka_source_is_down(w->kafka) &&
 		kafka_source_wake_fetcher(w->kafka, w->parts.n, w->parts.ids))
 		loop.fetcher_wakes++;
+}
+
+/*
+ * Every SDP_STALL_CHECK_MS: a partition whose committed offset has not
+ * moved since the last look, while the local queue is empty and the end
+ * offset of its last fetch response is beyond it, is not being fetched:
+ * seek it to its position (kafka_source_refetch), and say so.  Seen once
+ * in CI (test 082 on the assert-enabled server, librdkafka 2.0.2 and the
+ * embedded broker): after a restart mid-stream one partition of a flow
+ * stopped 770 messages short of the end of its topic for minutes, with no
+ * error anywhere, while the other partition of the same worker read to the
+ * end.  A flow that keeps up, or whose partitions are at their end, never
+ * meets the condition.
+ */
+static void
+worker_refetch_stalled(FlowWorker *w, TimestampTz now)
+{
+	int32	   *stalled;
+	int			nstalled = 0;
+
+	if (now < loop.next_stall_check)
+		return;
+	loop.next_stall_check = TimestampTzPlusMilliseconds(now, SDP_STALL_CHECK_MS);
+	if (loop.nstall != w->parts.n)
+	{
+		/* the partitions changed: start the watch over (in the flow's memory, as long as they are) */
+		loop.stall_next = loop.stall_next ? repalloc(loop.stall_next, sizeof(int64) * Max(w->parts.n, 1))
+			: MemoryContextAlloc(w->flow_cxt, sizeof(int64) * Max(w->parts.n, 1));
+		memcpy(loop.stall_next, w->parts.next, sizeof(int64) * w->parts.n);
+		loop.nstall = w->parts.n;
+		return;
+	}
+	if (kafka_source_queued(w->kafka) > 0 || kafka_source_is_down(w->kafka))
+	{
+		memcpy(loop.stall_next, w->parts.next, sizeof(int64) * w->parts.n);
+		return;
+	}
+	stalled = palloc(sizeof(int32) * Max(w->parts.n, 1));
+	for (int i = 0; i < w->parts.n; i++)
+		if (w->parts.next[i] == loop.stall_next[i] &&
+			kafka_source_cached_high_watermark(w->kafka, w->parts.ids[i]) > w->parts.next[i])
+			stalled[nstalled++] = w->parts.ids[i];
+	memcpy(loop.stall_next, w->parts.next, sizeof(int64) * w->parts.n);
+	if (nstalled > 0 && kafka_source_refetch(w->kafka, nstalled, stalled))
+	{
+		loop.fetcher_wakes++;
+		ereport(LOG,
+				(errmsg("sdp flow \"%s\": %d of its partitions had messages on the broker and none fetched for %d s; fetching them again from their positions",
+						w->args.name, nstalled, SDP_STALL_CHECK_MS / 1000)));
+	}
+	pfree(stalled);
 }
 
 /* Whether a relay of this worker was fenced by another server's (kafka_relay_fenced). */
