@@ -19,6 +19,10 @@
 #                                     # where Java 17 is installed), or embedded (tools/sdp_broker,
 #                                     # librdkafka's mock cluster: no JVM, but it slows down as
 #                                     # its partitions grow: e2e latency of seconds after minutes)
+#   DEMO_WINDOW_SECONDS=300           # measure: every flow reports its latencies over windows of
+#                                     # this length (progress_interval), and the demo ends with a
+#                                     # table of each window's e2e P99 and the largest lag in it
+#                                     # (the live view's latencies are then a window old)
 #   DEMO_SOURCE_OPTIONS='{"fetch.wait.max.ms": "5"}'   # client properties for the demo's sources
 #                                     # (default on Apache Kafka '{}', the extension's defaults:
 #                                     # fetch.wait.max.ms 100, as the broker answers a fetch as soon
@@ -102,6 +106,20 @@ psql_demo -c 'CREATE EXTENSION sdp_ext' >/dev/null
 psql_demo -v ON_ERROR_STOP=1 -v bootstrap="$bootstrap" -v two_stage=1 -v source_options="$source_options" \
   -f examples/flights.sql >/dev/null
 
+window=${DEMO_WINDOW_SECONDS:-}
+if [ -n "$window" ]; then
+  sdp_log "every flow reports its latencies over ${window}-second windows (DEMO_WINDOW_SECONDS)"
+  altered=$(psql_demo -At -v ON_ERROR_STOP=1 -c "SELECT now()" \
+    -c "SELECT sdp_alter_flow(name, options => jsonb_build_object('progress_interval', '$window seconds')) FROM sdp.flows")
+  altered=${altered%%$'\n'*}
+  # the flows restart with it (their workers stop and start again): before the aircraft fly
+  for _ in $(seq 300); do
+    [ "$(psql_demo -At -c "SELECT count(*) = (SELECT count(*) FROM sdp.flows) FROM sdp.flow_status
+                            WHERE state = 'running' AND started_at > '$altered'")" = t ] && break
+    sleep 0.2
+  done
+fi
+
 sdp_log "starting the dashboard"
 tools/sdp_dashboard --listen "$http" --db "host=$dir port=$port dbname=postgres user=postgres" \
   > "$dir/dashboard.log" 2>&1 &
@@ -145,11 +163,34 @@ SQL
 }
 
 end=$((SECONDS + seconds))
+started=$SECONDS
 while [ $SECONDS -lt $end ] && kill -0 "$sim" 2>/dev/null; do
   sleep 3
   printf '\n==== live results (%s s left) ====\n' $((end - SECONDS))
   show
+  if [ -n "$window" ]; then
+    # each window's report once it is there, and the lag now, tagged with the window it falls in
+    psql_demo -At -F ' ' -c "SELECT 'lag', ($SECONDS - $started) / $window, flow, coalesce(lag, 0) FROM sdp.flow_status" >> "$dir/windows.txt"
+    psql_demo -At -F ' ' -c "SELECT 'report', name, p->>'reportId', p->'latencies'->'e2eLatencyMs'->>'P99',
+                                    p->'latencies'->'e2eLatencyMs'->>'samples'
+                               FROM (SELECT name, sdp_flow_progress(name) AS p FROM sdp.flows) s
+                              WHERE p->>'reportId' IS NOT NULL" >> "$dir/windows.txt"
+  fi
 done
+if [ -n "$window" ] && [ -s "$dir/windows.txt" ]; then
+  printf '\n==== e2e P99 (ms) of each %s-second window, and the largest lag in it (messages) ====\n' "$window"
+  # report N covers window N (the first starts when the flows restarted for DEMO_WINDOW_SECONDS)
+  awk '$1 == "lag" { w = $2 + 1; if ($4 > lag[$3, w]) lag[$3, w] = $4; flows[$3] = 1; if (w > last) last = w }
+       $1 == "report" { p99[$2, $3] = $4; n[$2, $3] = $5; flows[$2] = 1 }
+       END {
+         for (f in flows) {
+           printf "%-22s", f
+           for (w = 1; w <= last; w++)
+             if ((f, w) in p99) printf "  w%d %s ms (%s) lag %d", w, p99[f, w], n[f, w], lag[f, w]
+           printf "\n"
+         }
+       }' "$dir/windows.txt"
+fi
 printf '\n==== final progress report of positions_flow ====\n'
 psql_demo -At -c "SELECT jsonb_pretty(sdp_flow_progress('positions_flow'))"
 printf '\n==== the live state of zone_congestion_flow (London) ====\n'
