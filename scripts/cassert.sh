@@ -1,18 +1,35 @@
 #!/usr/bin/env bash
-# scripts/cassert.sh: an assert-enabled PostgreSQL 15 (--enable-cassert
-# --enable-debug), built from Debian's source package into its own prefix
-# beside the packaged server, once per machine.  Prints the prefix.
+# scripts/cassert.sh [MAJOR]: an assert-enabled PostgreSQL (--enable-cassert
+# --enable-debug) of that major (15, the default, 17 or 18), built from
+# Debian's own source package into its own prefix beside the packaged
+# server, once per machine.  Prints the prefix.
 #
-# The build is cached in $SDP_CASSERT_DIR (default /var/cache/sdp_ext); a
-# later run finds the stamp and reuses it.  On an assert-enabled server freed
-# memory is overwritten and Assert() is checked, so use-after-free and broken
-# invariants fail loudly instead of passing by luck.
+#   bash scripts/cassert.sh        # 15, from bookworm's postgresql-15
+#   bash scripts/cassert.sh 17     # from trixie's postgresql-17
+#   bash scripts/cassert.sh 18     # from sid's postgresql-18
+#
+# The build is cached in $SDP_CASSERT_DIR (default /var/cache/sdp_ext), in
+# pgMAJOR-cassert; a later run finds the stamp and reuses it.  On an
+# assert-enabled server freed memory is overwritten and Assert() is checked,
+# so use-after-free and broken invariants fail loudly instead of passing by
+# luck.  Upstream's source is taken as Debian ships it (the .orig tarball of
+# the suite's source package, fetched with a deb-src entry for that suite),
+# without Debian's patches, which point the installation at the packaged
+# server's directories; the server headers, pg_regress and the TAP modules
+# (PostgreSQL::Test::Cluster) are installed into the prefix with it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/common.sh
 
+major=${1:-15}
+case $major in
+  15) suite=bookworm ;;
+  17) suite=trixie ;;
+  18) suite=sid ;;
+  *) sdp_log "scripts/cassert.sh: PostgreSQL $major is not one this builds (15, 17, 18)"; exit 2 ;;
+esac
 cache=${SDP_CASSERT_DIR:-/var/cache/sdp_ext}
-prefix=$cache/pg15-cassert
+prefix=$cache/pg$major-cassert
 stamp=$prefix/.sdp-built
 
 if [ -f "$stamp" ] && [ -x "$prefix/bin/pg_config" ] &&
@@ -21,42 +38,42 @@ if [ -f "$stamp" ] && [ -x "$prefix/bin/pg_config" ] &&
   exit 0
 fi
 
-sdp_log "building an assert-enabled PostgreSQL 15 into $prefix (once per machine)"
-# Debian's source packages: a deb-src entry for bookworm's main archive.
-# a deb-src entry for bookworm itself (scripts/librdkafka.sh adds one for sid only)
-bookworm_src() {
-  grep -qs '^deb-src .* bookworm ' /etc/apt/sources.list && return 0
+sdp_log "building an assert-enabled PostgreSQL $major into $prefix, from Debian $suite's source (once per machine)"
+# a deb-src entry for the suite (scripts/librdkafka.sh adds sid's too)
+suite_src() {
+  grep -qs "^deb-src .* $suite " /etc/apt/sources.list && return 0
   for f in /etc/apt/sources.list.d/*.sources; do
     [ -f "$f" ] || continue
-    # deb822: a paragraph with Types: deb-src and Suites: bookworm
-    awk -v RS= '/Types:[^\n]*deb-src/ && /Suites:[^\n]*bookworm( |\n|$)/ { found = 1 } END { exit !found }' "$f" && return 0
+    # deb822: a paragraph with Types: deb-src and Suites: the suite
+    awk -v RS= -v s="$suite" '/Types:[^\n]*deb-src/ && $0 ~ ("Suites:[^\n]*" s "( |\n|$)") { found = 1 } END { exit !found }' "$f" && return 0
   done
   return 1
 }
-if ! bookworm_src; then
-  sdp_as_root tee /etc/apt/sources.list.d/sdp-ext-src.sources >/dev/null <<'SRC'
+if ! suite_src; then
+  # bookworm's entry keeps the name earlier versions of this script gave it
+  name=sdp-ext-src-$suite; [ "$suite" = bookworm ] && name=sdp-ext-src
+  sdp_as_root tee "/etc/apt/sources.list.d/$name.sources" >/dev/null <<SRC
 Types: deb-src
 URIs: http://deb.debian.org/debian
-Suites: bookworm
+Suites: $suite
 Components: main
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 SRC
   sdp_as_root apt-get update -qq
 fi
-sdp_install_packages dpkg-dev bison flex libreadline-dev zlib1g-dev libssl-dev
+sdp_install_packages dpkg-dev bison flex libreadline-dev zlib1g-dev libssl-dev pkg-config
 
-src=$cache/src
+src=$cache/src-pg$major
 sdp_as_root rm -rf "$src" "$prefix"
 sdp_as_root mkdir -p "$src"
-# Upstream's source as Debian ships it (the .orig tarball), without Debian's
-# patches, which point the installation at the packaged server's directories.
-( cd "$src" && sdp_as_root apt-get source --download-only -qq postgresql-15/bookworm >/dev/null 2>&1 )
-orig=$(find "$src" -maxdepth 1 -name 'postgresql-15_*.orig.tar.*' | head -1)
-[ -n "$orig" ] || { sdp_log "apt-get source postgresql-15 failed"; exit 1; }
+( cd "$src" && sdp_as_root apt-get source --download-only -qq "postgresql-$major/$suite" >/dev/null 2>&1 )
+orig=$(find "$src" -maxdepth 1 -name "postgresql-${major}_*.orig.tar.*" | head -1)
+[ -n "$orig" ] || { sdp_log "apt-get source postgresql-$major/$suite failed"; exit 1; }
 tar -C "$src" -xf "$orig"
-dir=$(find "$src" -maxdepth 1 -type d -name 'postgresql-15*' | head -1)
+dir=$(find "$src" -maxdepth 1 -type d -name "postgresql-$major*" | head -1)
 (
   cd "$dir"
+  # ICU is on by default from 16: left out, as in the 15 build (nothing here needs it)
   ./configure -q --prefix="$prefix" --enable-cassert --enable-debug --enable-tap-tests \
       --with-openssl --without-icu CFLAGS='-O2 -g' >/dev/null
   make -s -j"$(nproc)" >/dev/null 2>&1 || make -s >/dev/null
