@@ -5,6 +5,10 @@
 # in passes, each with the extension built against and installed into:
 #   packaged   Debian's PostgreSQL 15 (the server users run), against the
 #              embedded broker (tools/sdp_broker, librdkafka's mock cluster);
+#   pg17, pg18 PostgreSQL 17 (Debian trixie's source package) and 18 (sid's),
+#              assert-enabled as cassert's 15 (scripts/cassert.sh 17|18), with
+#              the embedded broker; test/t/083_pg_upgrade.pl runs pg_upgrade
+#              from cassert's 15 (SDP_UPGRADE_FROM, built if missing) to them;
 #   cassert    PostgreSQL 15 from Debian's source package built with
 #              --enable-cassert --enable-debug (scripts/cassert.sh; built once
 #              per machine and cached), where freed memory is overwritten and
@@ -99,9 +103,9 @@ run_suite() {
   if [ "${SDP_REGRESS:-1}" != 0 ] && [ "$kafka" = embedded ]; then
     sdp_as_postgres make -C "$work" -s regresscheck PG_CONFIG="$bin/pg_config" 2>&1 | tee "$regress_log"
     [ -f "$work/regression.diffs" ] && cat "$work/regression.diffs"
-    # pg_regress (PostgreSQL 15) prints one "test NAME ... ok|FAILED" line per test.
-    r_pass=$(grep -cE '^(test| ) *[^ ]+ +\.\.\. ok' "$regress_log")
-    r_fail=$(grep -cE '^(test| ) *[^ ]+ +\.\.\. FAILED' "$regress_log")
+    # pg_regress prints a line per test: "test NAME ... ok|FAILED" (15), "ok|not ok N - NAME" (16 on)
+    r_pass=$(grep -cE '^(test| ) *[^ ]+ +\.\.\. ok|^ok [0-9]+ ' "$regress_log")
+    r_fail=$(grep -cE '^(test| ) *[^ ]+ +\.\.\. FAILED|^not ok [0-9]+ ' "$regress_log")
     if ! grep -qE 'All [0-9]+ tests passed|tests? failed' "$regress_log"; then
       r_fail=$((r_fail + 1))  # pg_regress itself did not run to the end
     fi
@@ -111,7 +115,7 @@ run_suite() {
   [ -n "${SDP_TESTS:-}" ] && prove_tests=(PROVE_TESTS="$SDP_TESTS")
   # the tests' temporary files (brokers' directories among them) in the pass's own directory
   sdp_as_postgres mkdir -p "$work/tmp"
-  sdp_as_postgres env SDP_KAFKA="$kafka" TMPDIR="$work/tmp" make -C "$work" -s tapcheck PG_CONFIG="$bin/pg_config" "${prove_tests[@]}" \
+  sdp_as_postgres env SDP_KAFKA="$kafka" SDP_UPGRADE_FROM="${SDP_UPGRADE_FROM:-}" TMPDIR="$work/tmp" make -C "$work" -s tapcheck PG_CONFIG="$bin/pg_config" "${prove_tests[@]}" \
       PROVE_FLAGS="-j${SDP_TEST_JOBS:-2} -I test/perl --verbose --merge" 2>&1 | tee "$tap_log"
   local tap_rc=${PIPESTATUS[0]}
   # a test killed outright leaves its Apache Kafka broker (its own session) behind: this pass's only
@@ -157,6 +161,14 @@ for s in $servers; do
       else
         summary+=("cassert: the assert-enabled server could not be built")
         total_fail=$((total_fail + 1))
+      fi ;;
+    pg17|pg18)
+      # the 15 to upgrade from (test/t/083_pg_upgrade.pl), then the server itself
+      if ! from=$(bash scripts/cassert.sh 15) || ! prefix=$(bash scripts/cassert.sh "${s#pg}"); then
+        summary+=("$s: an assert-enabled server could not be built")
+        total_fail=$((total_fail + 1))
+      else
+        SDP_UPGRADE_FROM=$from run_suite "$s" "$prefix/bin"
       fi ;;
     kafka)
       command -v java >/dev/null || sdp_install_packages openjdk-17-jre-headless

@@ -51,7 +51,17 @@ _PG_init(void)
 	shmem_startup_hook = sdp_shmem_startup_hook;
 	sdp_install_utility_hook();
 
-	sdp_register_launcher();
+	/*
+	 * pg_upgrade starts both servers in binary-upgrade mode to dump the old
+	 * catalogs and restore them in the new: no flow runs then (the old
+	 * server's would consume and commit while its catalogs are dumped, the
+	 * new server's would start from catalogs half restored).
+	 */
+	if (IsBinaryUpgrade)
+		ereport(LOG,
+				(errmsg("sdp_ext: the server runs in binary-upgrade mode (pg_upgrade): no flow runs")));
+	else
+		sdp_register_launcher();
 }
 
 static void

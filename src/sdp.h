@@ -36,6 +36,7 @@
  *	decl/			a flow's declaration: its types (flow.h), options,
  *					input schema, and the catalogs' access (catalog.c)
  *	shmem/			the flow slots (slots.c) and latency metrics (metrics.c)
+ *	compat.h		the server calls that differ between PostgreSQL's majors
  */
 #ifndef SDP_H
 #define SDP_H

@@ -7,6 +7,7 @@
  * options back from the catalog.
  */
 #include "decl/flow_options.h"
+#include "compat.h"
 
 #include "miscadmin.h"
 #include "utils/builtins.h"
@@ -406,7 +407,7 @@ parse_start_time(const char *str, TimestampTz *result)
 	struct pg_tm tt;
 
 	if (ParseDateTime(str, workbuf, sizeof(workbuf), field, ftype, MAXDATEFIELDS, &nf) != 0 ||
-		DecodeDateTime(field, ftype, nf, &dtype, &tt, &fsec, &tz) != 0 ||
+		sdp_decode_datetime(field, ftype, nf, &dtype, &tt, &fsec, &tz) != 0 ||
 		dtype != DTK_DATE || tm2timestamp(&tt, fsec, &tz, result) != 0)
 		return false;
 	return !TIMESTAMP_NOT_FINITE(*result);

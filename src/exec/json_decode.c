@@ -24,6 +24,7 @@
  * function's error leaves nothing behind.
  */
 #include "exec/json_decode.h"
+#include "compat.h"
 
 #include <math.h>
 
@@ -59,7 +60,7 @@ typedef struct DecodeState
 	SdpInputSchema *schema;
 	FieldValue *fields;			/* one per declared column; type INVALID = absent */
 	int			column;			/* column of the current top-level field, or -1 */
-	char	   *nested_start;	/* where the current field's object or array began */
+	const char *nested_start;	/* where the current field's object or array began */
 	bool		is_object;		/* the document is an object */
 } DecodeState;
 
@@ -76,16 +77,17 @@ column_of(SdpInputSchema *schema, const char *name)
 	return -1;
 }
 
-static void
+static SDP_JSON_CALLBACK
 on_field_start(void *state, char *fname, bool isnull)
 {
 	DecodeState *st = state;
 
 	if (st->lex->lex_level == 1)
 		st->column = column_of(st->schema, fname);
+	SDP_JSON_CALLBACK_DONE;
 }
 
-static void
+static SDP_JSON_CALLBACK
 on_scalar(void *state, char *token, JsonTokenType type)
 {
 	DecodeState *st = state;
@@ -98,9 +100,10 @@ on_scalar(void *state, char *token, JsonTokenType type)
 		f->len = (int) strlen(token);
 		f->type = type;
 	}
+	SDP_JSON_CALLBACK_DONE;
 }
 
-static void
+static SDP_JSON_CALLBACK
 on_nested_start(void *state)
 {
 	DecodeState *st = state;
@@ -114,9 +117,10 @@ on_nested_start(void *state)
 		st->is_object = (st->lex->token_type == JSON_TOKEN_OBJECT_START);
 	else if (st->lex->lex_level == 1 && st->column >= 0)
 		st->nested_start = st->lex->token_start;
+	SDP_JSON_CALLBACK_DONE;
 }
 
-static void
+static SDP_JSON_CALLBACK
 on_nested_end(void *state)
 {
 	DecodeState *st = state;
@@ -129,6 +133,7 @@ on_nested_end(void *state)
 		f->text = pnstrdup(st->nested_start, f->len);
 		f->type = *st->nested_start == '{' ? JSON_TOKEN_OBJECT_START : JSON_TOKEN_ARRAY_START;
 	}
+	SDP_JSON_CALLBACK_DONE;
 }
 
 /* ---- the fast path: a flat document, no escapes ---- */
@@ -803,7 +808,7 @@ sdp_decode_message(SdpInputSchema *schema, const char *payload, size_t len,
 		memset(st.fields, 0, sizeof(FieldValue) * Max(schema->ncolumns, 1));
 	}
 
-	st.lex = makeJsonLexContextCstringLen(text, (int) len, GetDatabaseEncoding(), true);
+	st.lex = sdp_json_lexer(text, len, GetDatabaseEncoding(), true);
 	st.schema = schema;
 	st.column = -1;
 	sem.semstate = &st;

@@ -43,6 +43,7 @@
  * path a flow takes is logged when it starts and when it changes.
  */
 #include "exec/table_write.h"
+#include "compat.h"
 #include "decl/flow_options.h"
 #include "decl/input_schema.h"
 
@@ -109,6 +110,13 @@ static const char *const write_path_text[] = {
 };
 
 typedef struct FastWrite FastWrite;
+
+/* a plan's INSERT target, for an EState of our own (compat.h: sdp_plan_result_rte) */
+typedef struct PlanTarget
+{
+	RangeTblEntry *rte;
+	List	   *perminfos;		/* its RTEPermissionInfo, from PostgreSQL 16 */
+} PlanTarget;
 static SdpWritePath write_path_refusal(SdpTableWrite *s, Relation rel, FastWrite *fw);
 static void sink_prepare(SdpTableWrite *s, Oid target, SdpWriteMode mode, TupleDesc row_desc,
 						 bool skip_unmatched_meta, bool engine_rows);
@@ -122,7 +130,7 @@ static TupleTableSlot *fast_write_slot(FastWrite *fw);
 Oid
 sdp_target_primary_key(Relation rel, int *npk, AttrNumber **attnums)
 {
-	Oid			pkoid = RelationGetPrimaryKeyIndex(rel);
+	Oid			pkoid = sdp_primary_key_index(rel);
 	HeapTuple	tup;
 	Form_pg_index idx;
 
@@ -549,7 +557,7 @@ write_path_refusal(SdpTableWrite *s, Relation rel, FastWrite *fw)
 		return SDP_PATH_ROW_SECURITY;
 	if (s->mode == SDP_MODE_UPSERT)
 	{
-		Oid			pkoid = RelationGetPrimaryKeyIndex(rel);
+		Oid			pkoid = sdp_primary_key_index(rel);
 		Relation	idx;
 		bool		usable;
 
@@ -661,13 +669,13 @@ sdp_table_write_path_description(SdpTableWrite *s)
 }
 
 /*
- * Open the target (rte, from the plan: the table its name means, locked) as
+ * Open the target (from the plan: the table its name means, locked) as
  * a statement would, if the batch can be written by multi-insert, and
  * prepare the casts, the defaults and the slots; fast_write_start starts
  * the statement.  Returns why not otherwise, with nothing left open.
  */
 static SdpWritePath
-fast_write_begin(SdpTableWrite *s, RangeTblEntry *rte, FastWrite *fw, int n)
+fast_write_begin(SdpTableWrite *s, const PlanTarget *target, FastWrite *fw, int n)
 {
 	EState	   *estate = CreateExecutorState();
 	MemoryContext oldcxt = MemoryContextSwitchTo(estate->es_query_cxt);
@@ -677,7 +685,7 @@ fast_write_begin(SdpTableWrite *s, RangeTblEntry *rte, FastWrite *fw, int n)
 	memset(fw, 0, sizeof(FastWrite));
 	fw->estate = estate;
 	fw->rri = rri;
-	ExecInitRangeTable(estate, list_make1(rte));
+	sdp_init_range_table(estate, target->rte, target->perminfos);
 	ExecInitResultRelation(estate, rri, 1);
 	fw->rel = rri->ri_RelationDesc;
 	path = write_path_refusal(s, fw->rel, fw);
@@ -689,7 +697,7 @@ fast_write_begin(SdpTableWrite *s, RangeTblEntry *rte, FastWrite *fw, int n)
 		FreeExecutorState(estate);
 		return path;
 	}
-	CheckValidResultRel(rri, CMD_INSERT);
+	sdp_check_valid_insert_rel(rri);
 	ExecOpenIndices(rri, false);
 
 	fw->cast = palloc0(sizeof(ExprState *) * s->row_desc->natts);
@@ -710,7 +718,7 @@ fast_write_begin(SdpTableWrite *s, RangeTblEntry *rte, FastWrite *fw, int n)
 
 	if (s->mode == SDP_MODE_UPSERT && s->upsert_probe)
 	{
-		Oid			pkoid = RelationGetPrimaryKeyIndex(fw->rel);
+		Oid			pkoid = sdp_primary_key_index(fw->rel);
 		Relation	pk = NULL;
 
 		for (int i = 0; i < rri->ri_NumIndices; i++)
@@ -734,7 +742,7 @@ fast_write_begin(SdpTableWrite *s, RangeTblEntry *rte, FastWrite *fw, int n)
 		}
 		/* committed rows and rows being inserted, as ON CONFLICT's own check sees them */
 		InitDirtySnapshot(fw->dirty);
-		fw->scan = index_beginscan(fw->rel, pk, &fw->dirty, fw->npk, 0);
+		fw->scan = sdp_index_beginscan(fw->rel, pk, &fw->dirty, fw->npk, 0);
 		fw->probe = table_slot_create(fw->rel, &estate->es_tupleTable);
 	}
 
@@ -796,8 +804,7 @@ fast_write_flush(FastWrite *fw)
 	{
 		if (rri->ri_NumIndices > 0)
 		{
-			List	   *recheck = ExecInsertIndexTuples(rri, fw->slots[i], estate,
-														false, false, NULL, NIL);
+			List	   *recheck = sdp_insert_index_tuples(rri, fw->slots[i], estate);
 
 			ExecARInsertTriggers(estate, rri, fw->slots[i], recheck, fw->tcs);
 			list_free(recheck);
@@ -982,15 +989,16 @@ write_with_plan(SdpTableWrite *s, HeapTuple *rows, int n)
 /*
  * The target as the plan means it now (revalidated, its locks taken) with
  * the plan's permissions checked, as executing the plan would check them:
- * its range table entry, or NULL when the plan is not a single INSERT.
+ * its range table entry and permissions in *target.  False when the plan
+ * is not a single INSERT.
  */
-static RangeTblEntry *
-plan_target(SdpTableWrite *s)
+static bool
+plan_target(SdpTableWrite *s, PlanTarget *target)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	CachedPlan *cplan;
 	PlannedStmt *pstmt;
-	RangeTblEntry *rte = NULL;
+	bool		found = false;
 
 	/* a replan parses the statement again, which names the rows */
 	sdp_register_rows(SDP_OUTPUT_RELATION, s->row_desc, NULL, 0);
@@ -998,16 +1006,16 @@ plan_target(SdpTableWrite *s)
 	MemoryContextSwitchTo(cxt);
 	sdp_unregister_rows(SDP_OUTPUT_RELATION);
 	if (cplan == NULL)
-		return NULL;
+		return false;
 	pstmt = linitial_node(PlannedStmt, cplan->stmt_list);
 	if (list_length(cplan->stmt_list) == 1 && pstmt->commandType == CMD_INSERT &&
 		list_length(pstmt->resultRelations) == 1)
 	{
-		ExecCheckRTPerms(pstmt->rtable, true);
-		rte = copyObject(rt_fetch(linitial_int(pstmt->resultRelations), pstmt->rtable));
+		target->rte = sdp_plan_result_rte(pstmt, &target->perminfos);
+		found = true;
 	}
 	ReleaseCachedPlan(cplan, CurrentResourceOwner);
-	return rte;
+	return found;
 }
 
 /*
@@ -1032,7 +1040,7 @@ plan_target(SdpTableWrite *s)
 #define SDP_UPSERT_PLAN_BATCHES 8
 
 static int64
-write_upsert(SdpTableWrite *s, RangeTblEntry *rte, HeapTuple *rows, int n)
+write_upsert(SdpTableWrite *s, const PlanTarget *target, HeapTuple *rows, int n)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	ResourceOwner owner = CurrentResourceOwner;
@@ -1053,7 +1061,7 @@ write_upsert(SdpTableWrite *s, RangeTblEntry *rte, HeapTuple *rows, int n)
 	MemoryContextSwitchTo(cxt);
 	PG_TRY();
 	{
-		path = fast_write_begin(s, rte, fw, n);
+		path = fast_write_begin(s, target, fw, n);
 		if (path == SDP_PATH_MULTI_INSERT)
 		{
 			fast_write_start(fw);
@@ -1104,7 +1112,7 @@ write_upsert(SdpTableWrite *s, RangeTblEntry *rte, HeapTuple *rows, int n)
 int64
 sdp_table_write_rows(SdpTableWrite *s, HeapTuple *rows, int n)
 {
-	RangeTblEntry *rte;
+	PlanTarget	target;
 	FastWrite	fw;
 	SdpWritePath path;
 	int64		written;
@@ -1120,16 +1128,15 @@ sdp_table_write_rows(SdpTableWrite *s, HeapTuple *rows, int n)
 		n = collapse_by_key(s, rows, n, kept);
 		rows = kept;
 	}
-	rte = plan_target(s);
-	if (rte == NULL)
+	if (!plan_target(s, &target))
 	{
 		note_write_path(s, SDP_PATH_UNKNOWN);
 		return write_with_plan(s, rows, n);
 	}
 	if (s->mode == SDP_MODE_UPSERT)
-		return write_upsert(s, rte, rows, n);
+		return write_upsert(s, &target, rows, n);
 
-	path = fast_write_begin(s, rte, &fw, n);
+	path = fast_write_begin(s, &target, &fw, n);
 	note_write_path(s, path);
 	if (path != SDP_PATH_MULTI_INSERT)
 		return write_with_plan(s, rows, n);
@@ -1239,7 +1246,7 @@ bool
 sdp_table_write_transformed(SdpTableWrite *s, SdpTransform *t, HeapTuple *rows, int n,
 						   int *nout, int64 *written)
 {
-	RangeTblEntry *rte;
+	PlanTarget	target;
 	FastWrite	fw;
 	FormReceiver r;
 	SdpWritePath path;
@@ -1247,10 +1254,9 @@ sdp_table_write_transformed(SdpTableWrite *s, SdpTransform *t, HeapTuple *rows, 
 
 	if (s->mode != SDP_MODE_APPEND || t->plan == NULL || n == 0)
 		return false;
-	rte = plan_target(s);
-	if (rte == NULL)
+	if (!plan_target(s, &target))
 		return false;
-	path = fast_write_begin(s, rte, &fw, n);
+	path = fast_write_begin(s, &target, &fw, n);
 	if (path != SDP_PATH_MULTI_INSERT)
 		return false;
 	/* heap slots take the formed rows as they are (a buffer heap slot copies them) */

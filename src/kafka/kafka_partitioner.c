@@ -24,6 +24,7 @@
  * partition for a batch), so the function is STRICT and returns NULL.
  */
 #include "sdp.h"
+#include "compat.h"
 
 #include <librdkafka/rdkafka.h>
 

@@ -12,6 +12,7 @@
  * target, never columns.
  */
 #include "sdp.h"
+#include "compat.h"
 
 #include "catalog/namespace.h"
 #include "catalog/pg_type.h"
@@ -637,7 +638,7 @@ sdp_create_window_table(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("table name must not be null")));
-	names = stringToQualifiedNameList(name);
+	names = sdp_qualified_name_list(name);
 	qualified = NameListToQuotedString(names);
 	SPI_connect();
 	/* its types and collation by schema: the caller's search_path picks nothing */

@@ -24,6 +24,7 @@
  * resumes from the checkpointed offsets.  "reset_state" is not stored.
  */
 #include "sdp.h"
+#include "compat.h"
 
 #include "access/xact.h"
 #include "catalog/pg_type.h"
@@ -163,7 +164,7 @@ alter_check(AlterFlow *f, const char *schema, const char *transform, Jsonb *opti
 	decl.flow_id = 0;
 	decl.worker_no = 0;
 	decl.target = f->target
-		? RangeVarGetRelid(makeRangeVarFromNameList(stringToQualifiedNameList(f->target)), NoLock, false)
+		? RangeVarGetRelid(makeRangeVarFromNameList(sdp_qualified_name_list(f->target)), NoLock, false)
 		: InvalidOid;
 	decl.sink = &sink;
 	decl.schema_text = schema;

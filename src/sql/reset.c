@@ -437,7 +437,7 @@ reset_flow(FunctionCallInfo fcinfo, ResetTo to, TimestampTz ts, Jsonb *offsets)
 	reset_load_flow(&f);
 	reset_positions(&f, to, ts, n_given, given_parts, given_offs, &parts, &offs, &n);
 	result = reset_store(&f, n, parts, offs);
-	result = PointerGetDatum(SPI_datumTransfer(result, false, -1));
+	result = SPI_datumTransfer(result, false, -1);
 	SPI_finish();
 	MemoryContextSwitchTo(cxt);
 	ereport(NOTICE,

@@ -32,6 +32,7 @@
  * deletes those at rest before its next batch.
  */
 #include "stateful/state_store.h"
+#include "compat.h"
 #include "shmem/slots.h"
 
 #include "common/hashfn.h"
@@ -100,6 +101,7 @@ state_params(void)
 	p.compare_function = state_key_compare;
 	p.hash_function = state_key_hash;
 	p.tranche_id = sdp_state_tranche_id();
+	SDP_DSHASH_SET_MEMCPY(p);
 	return p;
 }
 

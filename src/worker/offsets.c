@@ -28,6 +28,7 @@
  * offsets and the broker's high watermarks (for lag in sdp.flow_status).
  */
 #include "worker/offsets.h"
+#include "compat.h"
 #include "worker/worker_slot.h"
 #include "decl/catalog.h"
 #include "shmem/slots.h"
@@ -266,7 +267,7 @@ store_offsets_in_place(FlowWorker *w, int n, const int32 *partitions, const int6
 	att_next = attnameAttNum(rel, "next_offset", false);
 	att_updated = attnameAttNum(rel, "updated_at", false);
 	if (att_flow <= 0 || att_partition <= 0 || att_next <= 0 || att_updated <= 0 ||
-		!OidIsValid(RelationGetPrimaryKeyIndex(rel)))
+		!OidIsValid(sdp_primary_key_index(rel)))
 	{
 		table_close(rel, NoLock);
 		return -1;
@@ -280,7 +281,7 @@ store_offsets_in_place(FlowWorker *w, int n, const int32 *partitions, const int6
 	ExecOpenIndices(rri, false);
 	pk = NULL;
 	for (int k = 0; k < rri->ri_NumIndices; k++)
-		if (RelationGetRelid(rri->ri_IndexRelationDescs[k]) == RelationGetPrimaryKeyIndex(rel))
+		if (RelationGetRelid(rri->ri_IndexRelationDescs[k]) == sdp_primary_key_index(rel))
 			pk = rri->ri_IndexRelationDescs[k];
 	if (pk == NULL || pk->rd_index->indnkeyatts != 2 ||
 		pk->rd_index->indkey.values[0] != att_flow || pk->rd_index->indkey.values[1] != att_partition)
@@ -298,14 +299,14 @@ store_offsets_in_place(FlowWorker *w, int n, const int32 *partitions, const int6
 	cid = GetCurrentCommandId(true);
 	estate->es_output_cid = cid;
 	estate->es_snapshot = snapshot;
-	EvalPlanQualInit(&epqstate, estate, NULL, NIL, -1);
+	sdp_epq_init(&epqstate, estate);
 	AfterTriggerBeginQuery();
 
 	old = table_slot_create(rel, NULL);
 	new = MakeSingleTupleTableSlot(desc, &TTSOpsVirtual);
 	ScanKeyInit(&keys[0], 1, BTEqualStrategyNumber, F_INT8EQ, Int64GetDatum(w->args.flow_id));
 	ScanKeyInit(&keys[1], 2, BTEqualStrategyNumber, F_INT4EQ, Int32GetDatum(0));
-	scan = index_beginscan(rel, pk, snapshot, 2, 0);
+	scan = sdp_index_beginscan(rel, pk, snapshot, 2, 0);
 	for (i = 0; i < n; i++)
 	{
 		bool		isnull;

@@ -15,6 +15,7 @@
  * that committed with the rows, so every message is in the target once.
  */
 #include "worker/worker_internal.h"
+#include "compat.h"
 
 #include <time.h>
 
@@ -172,7 +173,7 @@ sdp_flow_worker_main(Datum main_arg)
 	 * pipe, postmaster death, and a sink flow's relay (added with it).
 	 */
 	loop.poll_buf = MemoryContextAlloc(w->flow_cxt, sizeof(rd_kafka_message_t *) * w->opts.max_batch_rows);
-	loop.wait_set = CreateWaitEventSet(TopMemoryContext, 4);
+	loop.wait_set = sdp_create_wait_set(4);
 	AddWaitEventToSet(loop.wait_set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
 	AddWaitEventToSet(loop.wait_set, WL_SOCKET_READABLE, kafka_source_event_fd(w->kafka), NULL, NULL);
 	AddWaitEventToSet(loop.wait_set, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL, NULL);

@@ -6,6 +6,7 @@
 #ifndef SDP_WORKER_SLOT_H
 #define SDP_WORKER_SLOT_H
 
+#include "compat.h"
 #include "worker/worker_internal.h"
 
 extern void sdp_worker_set_error(FlowWorker *w, const char *message);
@@ -19,7 +20,7 @@ extern void sdp_worker_wait(FlowWorker *w, long timeout_ms);
 extern void sdp_worker_wait_for_broker(FlowWorker *w, const char *what, const char *error);
 extern void sdp_worker_broker_answered(FlowWorker *w);
 extern void sdp_worker_check_stop_request(FlowWorker *w);
-extern void sdp_worker_fail(FlowWorker *w, const char *message) pg_attribute_noreturn();
-extern void sdp_worker_exit_expected(FlowWorker *w) pg_attribute_noreturn();
+extern pg_noreturn void sdp_worker_fail(FlowWorker *w, const char *message);
+extern pg_noreturn void sdp_worker_exit_expected(FlowWorker *w);
 
 #endif							/* SDP_WORKER_SLOT_H */

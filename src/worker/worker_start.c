@@ -22,6 +22,7 @@
  * there is no such column and only the sequence is waited for.
  */
 #include "worker/worker_start.h"
+#include "compat.h"
 #include "kafka/outbox.h"
 #include "decl/catalog.h"
 #include "decl/flow_options.h"
@@ -180,7 +181,7 @@ load_declaration(FlowWorker *w)
 
 	if (w->sink_def.name == NULL)
 	{
-		names = stringToQualifiedNameList(w->target_name);
+		names = sdp_qualified_name_list(w->target_name);
 		w->target = RangeVarGetRelid(makeRangeVarFromNameList(names), NoLock, true);
 		if (!OidIsValid(w->target))
 			ereport(ERROR,

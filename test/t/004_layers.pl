@@ -7,7 +7,7 @@
 #	    is called back by it, through any chain);
 #	  - every call and include goes down the layers, never up:
 #	      main.c > launcher/, sql/ > worker/ > prepare/ > kafka/
-#	      > stateful/, exec/ > decl/ > shmem/ > guc.c and sdp.h
+#	      > stateful/, exec/ > decl/ > shmem/ > guc.c, sdp.h and compat.h
 #	    so a batch's path enters worker/ and exec/ and comes back only
 #	    through the documented callback interfaces (isolate.h's stages and
 #	    the operator vtable, which are calls through pointers nm does not
@@ -39,9 +39,10 @@ my %rank = (
 	'shmem' => 2,
 	'guc' => 1,
 	'sdp.h' => 0,
+	'compat.h' => 0,
 );
 # folders that are one module (the registry names the operators, which use the framework)
-my %module = ('stateful/operators' => 'stateful', 'guc' => 'base', 'sdp.h' => 'base');
+my %module = ('stateful/operators' => 'stateful', 'guc' => 'base', 'sdp.h' => 'base', 'compat.h' => 'base');
 
 # the layer of a file under src/: its folder, or for the top level its own name
 sub layer ($path)

@@ -36,6 +36,7 @@
  *	         idle_timeout (default 10 seconds), retention (default: none)
  */
 #include "stateful/operators/window_agg.h"
+#include "compat.h"
 #include "decl/catalog.h"
 #include "decl/flow_options.h"
 
@@ -657,7 +658,7 @@ finalize(AggDefinition *d, WindowAcc *a, double *value)
 				/* sum(x)::float8: numeric_float8 reads the numeric's text, which is decimal_text's */
 				char	   *text = decimal_text(acc_sum(a), a->scale);
 
-				*value = float8in_internal(text, NULL, "double precision", text);
+				*value = sdp_float8_from_text(text);
 			}
 			return true;
 		case AGG_AVG:
