@@ -61,14 +61,39 @@ Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 SRC
   sdp_as_root apt-get update -qq
 fi
-sdp_install_packages dpkg-dev bison flex libreadline-dev zlib1g-dev libssl-dev pkg-config
+sdp_install_packages dpkg-dev bison flex libreadline-dev zlib1g-dev libssl-dev pkg-config curl
 
 src=$cache/src-pg$major
 sdp_as_root rm -rf "$src" "$prefix"
 sdp_as_root mkdir -p "$src"
-( cd "$src" && sdp_as_root apt-get source --download-only -qq "postgresql-$major/$suite" >/dev/null 2>&1 )
+apt_source() { ( cd "$src" && sdp_as_root apt-get source --download-only -qq "postgresql-$major/$suite" >/dev/null 2>&1 ); }
+# The point release before the one the index names, from the same pool: a
+# mirror can list a version in its index before (or after) its pool serves
+# the files (seen 2026-12-05: trixie's index named 17.12-0+deb13u1, the pool
+# had 17.10 and 17.11 only).  The tarball is checked against the sha256 its
+# .dsc gives.
+pool_source() {
+  local indexed upstream rev minor m v dsc sum file
+  indexed=$(apt-cache showsrc "postgresql-$major" 2>/dev/null | awk '/^Version:/ {print $2}' | sort -V | tail -1)
+  [ -n "$indexed" ] || return 1
+  upstream=${indexed%%-*}; rev=${indexed#*-}; minor=${upstream#*.}
+  for m in $(seq $((minor - 1)) -1 $((minor > 4 ? minor - 4 : 0))); do
+    v=$major.$m-$rev
+    dsc=$(curl -fsS "http://deb.debian.org/debian/pool/main/p/postgresql-$major/postgresql-${major}_${v//+/%2b}.dsc" 2>/dev/null) || continue
+    read -r sum _ file < <(printf '%s\n' "$dsc" | sed -n '/^Checksums-Sha256:/,/^[A-Z]/p' | grep -E "\.orig\.tar\.")
+    [ -n "$file" ] || continue
+    sdp_as_root curl -fsS -o "$src/$file" "http://deb.debian.org/debian/pool/main/p/postgresql-$major/$file" || continue
+    if [ "$(sha256sum "$src/$file" | cut -d' ' -f1)" = "$sum" ]; then
+      sdp_log "the pool does not serve postgresql-$major $indexed, which the index names: building $v instead"
+      return 0
+    fi
+    sdp_as_root rm -f "$src/$file"
+  done
+  return 1
+}
+apt_source || { sdp_as_root apt-get update -qq; apt_source; } || pool_source || true
 orig=$(find "$src" -maxdepth 1 -name "postgresql-${major}_*.orig.tar.*" | head -1)
-[ -n "$orig" ] || { sdp_log "apt-get source postgresql-$major/$suite failed"; exit 1; }
+[ -n "$orig" ] || { sdp_log "apt-get source postgresql-$major/$suite failed, and no earlier point release was found in the pool"; exit 1; }
 tar -C "$src" -xf "$orig"
 dir=$(find "$src" -maxdepth 1 -type d -name "postgresql-$major*" | head -1)
 (
