@@ -29,12 +29,21 @@ sdp_install_packages() {
 }
 
 # Build the extension and the tools, and install the extension.
+# The server is the one in $SDP_PG_BIN (Debian's 15 by default; e.g. an
+# assert-enabled build's bin/ of scripts/cassert.sh); objects left by a
+# build against another server's headers are built again.
 sdp_build_install() {
+  local pgc=$SDP_PG_BIN/pg_config
+  if [ "$(cat .sdp-built-for 2>/dev/null)" != "$pgc" ]; then
+    sdp_log "building against $pgc: objects of an earlier build are built again"
+    make -s clean PG_CONFIG="$pgc" >/dev/null
+  fi
   sdp_build_tools || return 1
   sdp_log "building sdp_ext"
-  make -s -j2 CI="${CI:-}" >/dev/null || return 1
-  sdp_log "installing sdp_ext into PostgreSQL $SDP_PG_VERSION"
-  sdp_as_root make -s install >/dev/null
+  make -s -j2 CI="${CI:-}" PG_CONFIG="$pgc" >/dev/null || return 1
+  echo "$pgc" > .sdp-built-for
+  sdp_log "installing sdp_ext into $("$pgc" --version)"
+  sdp_as_root make -s install PG_CONFIG="$pgc" >/dev/null
 }
 
 # Build the tools (embedded broker, simulators, dashboard) in tools/.
