@@ -62,8 +62,12 @@ SdpKafka::kcat_produce(bootstrap => $boot, topic => 'small', messages => [
 my $total = 50000;
 my $producer = SdpKafka::start_flightsim(
 	bootstrap => $boot, topic => 'raw-flights',
-	# idempotent, which makes repeats across the broker outage rarer, not impossible (below)
-	args => [ '--count', $total, '--rate', 4000, '--seed', 38, '--aircraft', 300, '-X', 'enable.idempotence=true' ]);
+	# idempotent, which makes repeats across the broker outage rarer, not impossible (below);
+	# what it holds through the outage waits up to 5 minutes (librdkafka's default, not the
+	# tool's 30 s): Apache Kafka killed and started again took longer than 30 s to take
+	# produce requests on a loaded machine (CI of 2026-12-05: 3,290 messages timed out)
+	args => [ '--count', $total, '--rate', 4000, '--seed', 38, '--aircraft', 300, '-X', 'enable.idempotence=true',
+			  '--message-timeout-ms', 300000 ]);
 
 sub produced { SdpTest::query($node, 'SELECT count(*) FROM back') }
 
