@@ -122,10 +122,11 @@ $old->stop('fast');
 ok($flights->running && $payments->running, 'the old server stopped by a fast shutdown mid-stream');
 
 # the new cluster: initdb of the server under test, as the old one was made
-# (no data checksums: the old major's default), sdp_ext preloaded: pg_upgrade
-# loads the libraries the old cluster's functions use
+# (no data checksums: the old major's default, which 18 changed; before 18
+# initdb has no --no-data-checksums), sdp_ext preloaded: pg_upgrade loads the
+# libraries the old cluster's functions use
 my $new = PostgreSQL::Test::Cluster->new('new');
-$new->init(extra => [ '--no-data-checksums' ]);
+$new->init($new_major >= 18 ? (extra => [ '--no-data-checksums' ]) : ());
 $new->append_conf('postgresql.conf', <<'EOC');
 shared_preload_libraries = 'sdp_ext'
 sdp.database = 'postgres'
