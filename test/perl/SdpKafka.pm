@@ -67,7 +67,7 @@ Starts it in the background and returns a handle:
   ->kill               SIGKILL and reap, no report
   ->signal($sig), ->pid, ->running
 
-=item kcat_consume(bootstrap => ..., topic => ..., count => N, timeout => 30, partition => P, offset => 'beginning', json => 0, wait => 0, properties => {...})
+=item kcat_consume(bootstrap => ..., topic => ..., count => N, timeout => 180, partition => P, offset => 'beginning', json => 0, wait => 0, properties => {...})
 
 Reads with C<kcat -C -o OFFSET -e [-c N]>: up to count messages, or all that
 the topic holds, and returns a list of hashrefs {partition, offset, key,
@@ -83,7 +83,7 @@ not finish within timeout seconds.
 Starts kcat in the background, reading until it has count messages (no
 C<-e>; C<-E>, so it rides out a broker outage), and returns a handle:
 
-  ->finish(timeout => 30)   wait for it; the same list of hashrefs
+  ->finish(timeout => 180)   wait for it; the same list of hashrefs
   ->kill
 
 Use it for a consumer that runs during faults.  With kcat_consume, wait => 1
@@ -113,6 +113,7 @@ use Exporter qw(import);
 use File::Spec;
 use File::Temp qw(tempdir);
 use IPC::Run ();
+use PostgreSQL::Test::Utils ();	# timeout_default: how long a kcat may take, as a poll
 use JSON::PP ();
 use Time::HiRes qw(sleep);
 
@@ -699,7 +700,7 @@ sub kcat_consume (%args)
 {
 	croak "wait => 1 needs a count" if $args{wait} && !defined $args{count};
 	my $cmd = _kcat_consume_command(%args);
-	my $timeout = $args{timeout} // 30;
+	my $timeout = $args{timeout} // $PostgreSQL::Test::Utils::timeout_default;
 	my ($out, $err) = ('', '');
 	eval {
 		IPC::Run::run($cmd, '<', \undef, '>', \$out, '2>', \$err,
@@ -736,7 +737,7 @@ package SdpKafka::Kcat
 
 	sub finish ($self, %opt)
 	{
-		my $timeout = $opt{timeout} // 30;
+		my $timeout = $opt{timeout} // $PostgreSQL::Test::Utils::timeout_default;
 		my $status = SdpKafka::_reap($self->{pid}, $timeout);
 		unless (defined $status)
 		{
@@ -827,7 +828,7 @@ sub kcat_produce (%args)
 	croak "bootstrap and topic are required"
 	  unless defined $args{bootstrap} && defined $args{topic};
 	my $messages = $args{messages} // [];
-	my $timeout = $args{timeout} // 30;
+	my $timeout = $args{timeout} // $PostgreSQL::Test::Utils::timeout_default;
 
 	# kcat takes one partition per run, and -Z (empty means NULL) for a
 	# whole run: split the list into runs that keep the order.
