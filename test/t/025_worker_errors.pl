@@ -183,15 +183,20 @@ ok(SdpTest::wait_for($node, "SELECT last_error LIKE 'could not create Kafka cons
 	'a worker that cannot create its Kafka consumer says why in last_error');
 
 # 5. A flow whose owner can no longer log in says so, and starts once it can.
+# It is created stopped, in one transaction: created and stopped in two, the
+# launcher could read it wanted after the first and again after
+# sdp_start_flow, never seeing the stop, and its worker, logged in before
+# NOLOGIN, would run on (as a session does: NOLOGIN refuses new logins only).
 SdpTest::query($node, <<"SQL");
 CREATE ROLE nolog LOGIN;
 CREATE TABLE t_nolog (seq bigint);
 GRANT INSERT ON t_nolog TO nolog;
-SET ROLE nolog;
+BEGIN;
+SET LOCAL ROLE nolog;
 SELECT sdp_create_source('nolog_src', '$boot', 'bk', '@{[ SdpTest::source_options(q({"starting_offsets": "earliest"})) ]}');
 SELECT sdp_create_flow('nolog_flow', 'nolog_src', 't_nolog', 'seq bigint', options => '{"mode": "append"}');
 SELECT sdp_stop_flow('nolog_flow');
-RESET ROLE;
+COMMIT;
 ALTER ROLE nolog NOLOGIN;
 SELECT sdp_start_flow('nolog_flow');
 SQL
