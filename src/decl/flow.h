@@ -97,6 +97,14 @@ typedef enum SdpDecodeKind
 	SDP_DECODE_INPUT_FUNCTION	/* any other type: its input function on the value's text */
 } SdpDecodeKind;
 
+/* One step of the path from a JSON document to a column's value. */
+typedef struct SdpPathStep
+{
+	char	   *key;			/* a member's name, or NULL for an array element */
+	int			keylen;
+	int			index;			/* the array element's index (from 0), or -1 */
+} SdpPathStep;
+
 typedef struct SdpInputColumn
 {
 	char	   *name;
@@ -106,7 +114,27 @@ typedef struct SdpInputColumn
 	SdpDecodeKind kind;
 	FmgrInfo	infunc;
 	Oid			typioparam;
+	int			npath;			/* steps to its value: 1 for a top-level field */
+	SdpPathStep *path;
+	char	   *path_text;		/* the declared path ('position.lat'), or NULL: the field of its name */
 } SdpInputColumn;
+
+/*
+ * The declared paths as a tree, walked by the decoder: the root is the
+ * document, each node a member or an array element below its parent, with
+ * the columns whose path ends there.  A flat schema is a root with one
+ * child per column.
+ */
+typedef struct SdpJsonNode
+{
+	const char *key;			/* as SdpPathStep */
+	int			keylen;
+	int			index;
+	int			ncolumns;
+	int		   *columns;		/* the declared columns whose value this is */
+	int			nchildren;
+	struct SdpJsonNode *children;
+} SdpJsonNode;
 
 /* The metadata columns every input relation ends with, in this order. */
 #define SDP_META_TOPIC		0
@@ -124,7 +152,9 @@ typedef struct SdpInputSchema
 	SdpInputColumn *columns;
 	TupleDesc	tupdesc;		/* ncolumns + nmeta attributes */
 	int			nmeta;			/* SDP_NUM_META, or one less: a declared kafka_headers (before 0.4) is the user's */
-	int		   *field_hint;		/* decoder: per field position, the column found there last, or -1 */
+	int		   *field_hint;		/* decoder: per field position, the root's child found there last, or -1 */
+	SdpJsonNode *tree;			/* the paths of the declared columns */
+	int			tree_depth;		/* the longest path */
 } SdpInputSchema;
 
 /* Fields of a document whose column the decoder remembers (json_decode.c). */

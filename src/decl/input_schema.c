@@ -9,6 +9,14 @@
  * columns kafka_topic, kafka_partition, kafka_offset, kafka_key,
  * kafka_timestamp and kafka_headers (0.4; a field of that name declared in
  * the schema takes its place).
+ *
+ * A column takes the field of its name at the top level of the document,
+ * or the value at the path it names after FROM: 'lat float8 FROM
+ * position.lat, first_tag text FROM tags[0]'.  A path is field names and
+ * array indexes (from 0) as a column reference with subscripts reads in
+ * SQL, parsed by the same grammar: a name that is not all lower case is
+ * quoted ("Position"."Lat").  The paths make a tree (SdpJsonNode) that the
+ * decoder walks once per document.
  */
 #include "decl/input_schema.h"
 
@@ -19,6 +27,8 @@
 #include "nodes/parsenodes.h"
 #include "parser/parser.h"
 #include "parser/parse_type.h"
+#include "parser/scanner.h"
+#include "parser/scansup.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
@@ -50,9 +60,124 @@ schema_error(const char *schema_text, const char *detail)
 			 errhint("Write the schema as a column list, e.g. 'icao24 text, lat float8, poller_ts timestamptz'.")));
 }
 
-/* The grammar's column list of "CREATE TABLE x (<schema>)", or an error. */
+#define SDP_PATH_HINT "Write a path as field names and [index]es from the top of the document, " \
+	"e.g. 'lat float8 FROM position.lat, first_tag text FROM tags[0]'; quote a name that is not " \
+	"all lower case or is a reserved word: FROM \"Position\".\"Lat\"."
+
+/* The longest path a column may name (SDP_JSON_MAX_DEPTH is far above). */
+#define SDP_MAX_PATH_STEPS 64
+
+static void
+path_error(const char *schema_text, const char *path_text, const char *detail)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_SYNTAX_ERROR),
+			 errmsg("invalid input schema \"%s\"", schema_text),
+			 errdetail("The path \"%s\" %s", path_text, detail),
+			 errhint(SDP_PATH_HINT)));
+}
+
+/* A copy of s without the white space around it. */
+static char *
+trim_spaces(const char *s)
+{
+	int			len;
+
+	while (*s != '\0' && scanner_isspace(*s))
+		s++;
+	len = (int) strlen(s);
+	while (len > 0 && scanner_isspace(s[len - 1]))
+		len--;
+	return pnstrdup(s, len);
+}
+
+/*
+ * The schema text without its "FROM <path>" clauses, for the grammar, and
+ * in *paths the path text of each element of the column list (NULL where
+ * there is none).  PostgreSQL's scanner finds the clauses, so a FROM in a
+ * quoted name or a string is not one, and commas inside parentheses (a
+ * type's modifiers) or brackets do not end an element.  The scanner raises
+ * on what it cannot read (an unterminated quote).
+ */
+static char *
+split_paths(const char *schema_text, List **paths)
+{
+	core_yy_extra_type yyextra;
+	core_yyscan_t scanner;
+	core_YYSTYPE lval;
+	YYLTYPE		lloc;
+	int			from_token = ScanKeywordTokens[ScanKeywordLookup("from", &ScanKeywords)];
+	int			len = (int) strlen(schema_text);
+	StringInfoData out;
+	int			depth = 0;
+	int			copied = 0;		/* schema_text up to here is in out */
+	int			from_at = -1;	/* this element's FROM, or -1 */
+	int			second_from = -1;	/* an element's second FROM, or -1 */
+	MemoryContext oldcxt = CurrentMemoryContext;
+
+	initStringInfo(&out);
+	*paths = NIL;
+	scanner = scanner_init(schema_text, &yyextra, &ScanKeywords, ScanKeywordTokens);
+	for (;;)
+	{
+		int			tok = 0;
+
+		PG_TRY();
+		{
+			tok = core_yylex(&lval, &lloc, scanner);
+		}
+		PG_CATCH();
+		{
+			ErrorData  *edata;
+
+			MemoryContextSwitchTo(oldcxt);
+			edata = CopyErrorData();
+			FlushErrorState();
+			schema_error(schema_text, edata->message);
+		}
+		PG_END_TRY();
+
+		if (tok == 0 || (tok == ',' && depth == 0))
+		{
+			int			end = tok == 0 ? len : lloc;
+
+			if (from_at >= 0)
+			{
+				appendBinaryStringInfo(&out, schema_text + copied, from_at - copied);
+				appendStringInfoChar(&out, ' ');
+				*paths = lappend(*paths, pnstrdup(schema_text + from_at + 4, end - from_at - 4));
+				copied = end;
+			}
+			else
+				*paths = lappend(*paths, NULL);
+			from_at = -1;
+			if (tok == 0)
+				break;
+		}
+		else if (tok == '(' || tok == '[')
+			depth++;
+		else if (tok == ')' || tok == ']')
+			depth--;
+		else if (tok == from_token && depth == 0)
+		{
+			if (from_at >= 0 && second_from < 0)
+				second_from = from_at;
+			from_at = lloc;
+		}
+	}
+	scanner_finish(scanner);
+	if (second_from >= 0)
+		path_error(schema_text, trim_spaces(schema_text + second_from + 4), "has a second FROM in it.");
+	appendStringInfoString(&out, schema_text + copied);
+	return out.data;
+}
+
+/*
+ * The grammar's column list of "CREATE TABLE x (<schema>)", or an error;
+ * in *paths, each element's path text (split_paths).
+ */
 static List *
-parse_column_list(const char *schema_text)
+parse_column_list(const char *schema_text, List **paths)
 {
 	StringInfoData sql;
 	List	   *stmts = NIL;
@@ -61,8 +186,7 @@ parse_column_list(const char *schema_text)
 	CreateStmt *create;
 
 	initStringInfo(&sql);
-	appendStringInfo(&sql, "CREATE TABLE sdp_input (%s)", schema_text);
-
+	appendStringInfo(&sql, "CREATE TABLE sdp_input (%s)", split_paths(schema_text, paths));
 	PG_TRY();
 	{
 		stmts = raw_parser(sql.data, RAW_PARSE_DEFAULT);
@@ -85,9 +209,146 @@ parse_column_list(const char *schema_text)
 		schema_error(schema_text, "The schema must be one list of columns.");
 	create = (CreateStmt *) raw->stmt;
 	if (create->inhRelations || create->partspec || create->options ||
-		create->tableElts == NIL)
+		create->tableElts == NIL || list_length(create->tableElts) != list_length(*paths))
 		schema_error(schema_text, "The schema must be one list of columns.");
 	return create->tableElts;
+}
+
+/*
+ * A column's path, read by the grammar as the column reference it looks
+ * like ("SELECT <path>"): names, then names and subscripts.  Nothing is
+ * executed; anything but a bare reference (an expression, a cast, an alias,
+ * a slice, a negative or computed index, a second statement) is refused.
+ */
+static SdpPathStep *
+parse_path(const char *schema_text, const char *path_text, int *npath)
+{
+	MemoryContext oldcxt = CurrentMemoryContext;
+	List	   *stmts = NIL;
+	SelectStmt *sel;
+	ResTarget  *target;
+	Node	   *val;
+	List	   *names;
+	List	   *indirection;
+	SdpPathStep *steps;
+	int			n = 0;
+	ListCell   *lc;
+
+	if (strspn(path_text, " \t\r\n") == strlen(path_text))
+		path_error(schema_text, path_text, "is empty: FROM is followed by the path of the column's value.");
+	PG_TRY();
+	{
+		stmts = raw_parser(psprintf("SELECT %s", path_text), RAW_PARSE_DEFAULT);
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(oldcxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		path_error(schema_text, path_text, psprintf("cannot be read: %s.", edata->message));
+	}
+	PG_END_TRY();
+
+	if (list_length(stmts) != 1 || !IsA(linitial_node(RawStmt, stmts)->stmt, SelectStmt))
+		path_error(schema_text, path_text, "is not one path.");
+	sel = (SelectStmt *) linitial_node(RawStmt, stmts)->stmt;
+	if (sel->op != SETOP_NONE || list_length(sel->targetList) != 1 || sel->fromClause ||
+		sel->whereClause || sel->groupClause || sel->havingClause || sel->windowClause ||
+		sel->sortClause || sel->limitCount || sel->limitOffset || sel->lockingClause ||
+		sel->withClause || sel->distinctClause || sel->intoClause || sel->valuesLists)
+		path_error(schema_text, path_text, "is not one path.");
+	target = linitial_node(ResTarget, sel->targetList);
+	val = target->val;
+	indirection = NIL;
+	if (target->name != NULL)
+		path_error(schema_text, path_text, "is not one path (it has an alias).");
+	if (IsA(val, A_Indirection))
+	{
+		indirection = ((A_Indirection *) val)->indirection;
+		val = ((A_Indirection *) val)->arg;
+	}
+	if (!IsA(val, ColumnRef))
+		path_error(schema_text, path_text, "is not a path: it is an expression, not names and [index]es.");
+	names = ((ColumnRef *) val)->fields;
+	if (list_length(names) + list_length(indirection) > SDP_MAX_PATH_STEPS)
+		path_error(schema_text, path_text, psprintf("has more than %d steps.", SDP_MAX_PATH_STEPS));
+
+	steps = palloc0(sizeof(SdpPathStep) * (list_length(names) + list_length(indirection)));
+	foreach(lc, list_concat_copy(names, indirection))
+	{
+		Node	   *step = lfirst(lc);
+		SdpPathStep *s = &steps[n++];
+
+		if (IsA(step, String))
+		{
+			s->key = pstrdup(strVal(step));
+			s->keylen = (int) strlen(s->key);
+			s->index = -1;
+		}
+		else if (IsA(step, A_Indices) && !((A_Indices *) step)->is_slice &&
+				 ((A_Indices *) step)->uidx != NULL && IsA(((A_Indices *) step)->uidx, A_Const) &&
+				 IsA(&((A_Const *) ((A_Indices *) step)->uidx)->val, Integer) &&
+				 intVal(&((A_Const *) ((A_Indices *) step)->uidx)->val) >= 0)
+		{
+			s->key = NULL;
+			s->index = intVal(&((A_Const *) ((A_Indices *) step)->uidx)->val);
+		}
+		else if (IsA(step, A_Star))
+			path_error(schema_text, path_text, "has a *: a path names one value.");
+		else
+			path_error(schema_text, path_text, "has an index that is not a whole number from 0 (a slice, a negative or computed index).");
+	}
+	*npath = n;
+	return steps;
+}
+
+/* The child of node reached by step, added if it is not there yet. */
+static SdpJsonNode *
+json_node_child(SdpJsonNode *node, const SdpPathStep *step)
+{
+	SdpJsonNode *child;
+
+	for (int i = 0; i < node->nchildren; i++)
+	{
+		child = &node->children[i];
+		if (step->key != NULL ? (child->key != NULL && child->keylen == step->keylen &&
+								 memcmp(child->key, step->key, step->keylen) == 0)
+			: (child->key == NULL && child->index == step->index))
+			return child;
+	}
+	if (node->nchildren == 0)
+		node->children = palloc(sizeof(SdpJsonNode));
+	else
+		node->children = repalloc(node->children, sizeof(SdpJsonNode) * (node->nchildren + 1));
+	child = &node->children[node->nchildren++];
+	memset(child, 0, sizeof(SdpJsonNode));
+	child->key = step->key;
+	child->keylen = step->keylen;
+	child->index = step->index;
+	return child;
+}
+
+/* The tree of the columns' paths, and its depth. */
+static void
+build_json_tree(SdpInputSchema *schema)
+{
+	schema->tree = palloc0(sizeof(SdpJsonNode));
+	schema->tree->index = -1;
+	schema->tree_depth = 0;
+	for (int i = 0; i < schema->ncolumns; i++)
+	{
+		SdpInputColumn *col = &schema->columns[i];
+		SdpJsonNode *node = schema->tree;
+
+		for (int k = 0; k < col->npath; k++)
+			node = json_node_child(node, &col->path[k]);
+		node->columns = node->ncolumns == 0 ? palloc(sizeof(int)) :
+			repalloc(node->columns, sizeof(int) * (node->ncolumns + 1));
+		node->columns[node->ncolumns++] = i;
+		schema->tree_depth = Max(schema->tree_depth, col->npath);
+	}
 }
 
 /* How values of this type are decoded; refuses types we cannot decode safely. */
@@ -165,6 +426,7 @@ SdpInputSchema *
 sdp_parse_input_schema(const char *schema_text)
 {
 	List	   *elts;
+	List	   *paths;
 	ListCell   *lc;
 	SdpInputSchema *schema;
 	int			i = 0;
@@ -172,7 +434,7 @@ sdp_parse_input_schema(const char *schema_text)
 	if (schema_text == NULL || schema_text[0] == '\0')
 		schema_error(schema_text ? schema_text : "", "The schema is empty.");
 
-	elts = parse_column_list(schema_text);
+	elts = parse_column_list(schema_text, &paths);
 
 	schema = palloc0(sizeof(SdpInputSchema));
 	schema->ncolumns = list_length(elts);
@@ -212,6 +474,19 @@ sdp_parse_input_schema(const char *schema_text)
 
 		col->name = pstrdup(def->colname);
 		col->namelen = (int) strlen(col->name);
+		if (list_nth(paths, i) != NULL)
+		{
+			col->path_text = trim_spaces(list_nth(paths, i));
+			col->path = parse_path(schema_text, col->path_text, &col->npath);
+		}
+		else
+		{
+			col->npath = 1;
+			col->path = palloc0(sizeof(SdpPathStep));
+			col->path[0].key = col->name;
+			col->path[0].keylen = col->namelen;
+			col->path[0].index = -1;
+		}
 		typenameTypeIdAndMod(NULL, def->typeName, &col->typid, &col->typmod);
 		col->kind = decode_kind_for(col->name, col->typid, col->typmod);
 		getTypeInputInfo(col->typid, &typinput, &col->typioparam);
@@ -223,6 +498,7 @@ sdp_parse_input_schema(const char *schema_text)
 	for (int m = 0; m < schema->nmeta; m++)
 		TupleDescInitEntry(schema->tupdesc, schema->ncolumns + m + 1,
 						   meta_names[m], meta_types[m], -1, 0);
+	build_json_tree(schema);
 	schema->field_hint = palloc(sizeof(int) * SDP_FIELD_HINTS);
 	for (int k = 0; k < SDP_FIELD_HINTS; k++)
 		schema->field_hint[k] = -1;

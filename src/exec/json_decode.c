@@ -2,17 +2,19 @@
  * json_decode.c
  *		A Kafka message's JSON payload -> the declared columns of "input".
  *
- * Fields are matched to columns by name; a missing field or JSON null is
- * SQL NULL; a nested object or array goes whole into a jsonb (or text)
- * column, as it was sent.  Numbers given as strings are accepted where a
+ * Fields are matched to columns by name, or by the path a column declares
+ * (input_schema.c: 'lat float8 FROM position.lat'); a missing field or
+ * JSON null is SQL NULL; a nested object or array goes whole into a jsonb
+ * (or text) column, as it was sent.  Numbers given as strings are accepted where a
  * number is expected, and a number keeps its exact text on the way to
  * numeric and text columns.  timestamptz takes ISO-8601 text or epoch
  * seconds, milliseconds or microseconds (told apart by magnitude).
  *
  * The payload is parsed with PostgreSQL's own JSON parser (common/jsonapi),
- * which calls us back for each top-level field and hands over the token's
- * text: no tree of the document is built, and nothing of a field the
- * schema does not declare is kept.  It is strict JSON (RFC 8259), checked
+ * which calls us back for each field and hands over the token's text: no
+ * tree of the document is built, and nothing of a field the schema does
+ * not declare is kept (the declared paths are a tree, walked as the
+ * document is read).  It is strict JSON (RFC 8259), checked
  * whole, and the payload must be UTF-8.
  *
  * A message that cannot be decoded is reported with the reason: returned
@@ -41,7 +43,7 @@
 #include "utils/timestamp.h"
 
 /*
- * A top-level field's value as the parser found it: the token's text
+ * A declared field's value as the parser found it: the token's text
  * (strings unescaped) and its kind; for an object or array, its raw text.
  */
 typedef struct FieldValue
@@ -59,31 +61,64 @@ typedef struct DecodeState
 	JsonLexContext *lex;
 	SdpInputSchema *schema;
 	FieldValue *fields;			/* one per declared column; type INVALID = absent */
-	int			column;			/* column of the current top-level field, or -1 */
-	const char *nested_start;	/* where the current field's object or array began */
+	/* per nesting level, 0 (the document) to the schema's tree_depth: */
+	SdpJsonNode **node_at;		/* the declared node the value there is, or NULL */
+	const char **start_at;		/* where its object or array began */
+	int		   *elem_at;		/* the index of its array's next element */
 	bool		is_object;		/* the document is an object */
 } DecodeState;
 
-static int
-column_of(SdpInputSchema *schema, const char *name)
+static inline SdpJsonNode *
+node_at(DecodeState *st, int level)
 {
-	for (int i = 0; i < schema->ncolumns; i++)
-	{
-		const char *c = schema->columns[i].name;
-
-		if (c[0] == name[0] && strcmp(c, name) == 0)
-			return i;
-	}
-	return -1;
+	return level <= st->schema->tree_depth ? st->node_at[level] : NULL;
 }
+
+/* The value of node's columns is this text, of this kind. */
+static void
+set_columns(DecodeState *st, SdpJsonNode *node, char *text, int len, JsonTokenType type)
+{
+	for (int k = 0; k < node->ncolumns; k++)
+	{
+		FieldValue *f = &st->fields[node->columns[k]];
+
+		f->text = text;
+		f->len = len;
+		f->type = type;
+	}
+}
+
+static inline int json_member(const SdpJsonNode *node, const char *name, int len);
+static inline SdpJsonNode *json_element(SdpJsonNode *node, int index);
 
 static SDP_JSON_CALLBACK
 on_field_start(void *state, char *fname, bool isnull)
 {
 	DecodeState *st = state;
+	int			level = st->lex->lex_level;
 
-	if (st->lex->lex_level == 1)
-		st->column = column_of(st->schema, fname);
+	if (level <= st->schema->tree_depth)
+	{
+		SdpJsonNode *parent = node_at(st, level - 1);
+		int			c = parent ? json_member(parent, fname, (int) strlen(fname)) : -1;
+
+		st->node_at[level] = c >= 0 ? &parent->children[c] : NULL;
+	}
+	SDP_JSON_CALLBACK_DONE;
+}
+
+static SDP_JSON_CALLBACK
+on_element_start(void *state, bool isnull)
+{
+	DecodeState *st = state;
+	int			level = st->lex->lex_level;
+
+	if (level <= st->schema->tree_depth)
+	{
+		SdpJsonNode *parent = node_at(st, level - 1);
+
+		st->node_at[level] = parent ? json_element(parent, st->elem_at[level - 1]++) : NULL;
+	}
 	SDP_JSON_CALLBACK_DONE;
 }
 
@@ -91,15 +126,10 @@ static SDP_JSON_CALLBACK
 on_scalar(void *state, char *token, JsonTokenType type)
 {
 	DecodeState *st = state;
+	SdpJsonNode *node = node_at(st, st->lex->lex_level);
 
-	if (st->lex->lex_level == 1 && st->column >= 0)
-	{
-		FieldValue *f = &st->fields[st->column];
-
-		f->text = token;
-		f->len = (int) strlen(token);
-		f->type = type;
-	}
+	if (node != NULL && node->ncolumns > 0)
+		set_columns(st, node, token, (int) strlen(token), type);
 	SDP_JSON_CALLBACK_DONE;
 }
 
@@ -107,16 +137,22 @@ static SDP_JSON_CALLBACK
 on_nested_start(void *state)
 {
 	DecodeState *st = state;
+	int			level = st->lex->lex_level;
+	SdpJsonNode *node;
 
 	/* the parser recurses per level: refuse a pathological depth before the stack limit does */
-	if (st->lex->lex_level >= SDP_JSON_MAX_DEPTH)
+	if (level >= SDP_JSON_MAX_DEPTH)
 		ereport(ERROR,
 				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
 				 errmsg("JSON nested deeper than %d levels", SDP_JSON_MAX_DEPTH)));
-	if (st->lex->lex_level == 0)
+	if (level == 0)
 		st->is_object = (st->lex->token_type == JSON_TOKEN_OBJECT_START);
-	else if (st->lex->lex_level == 1 && st->column >= 0)
-		st->nested_start = st->lex->token_start;
+	node = node_at(st, level);
+	if (node != NULL)
+	{
+		st->start_at[level] = st->lex->token_start;
+		st->elem_at[level] = 0;
+	}
 	SDP_JSON_CALLBACK_DONE;
 }
 
@@ -124,14 +160,16 @@ static SDP_JSON_CALLBACK
 on_nested_end(void *state)
 {
 	DecodeState *st = state;
+	int			level = st->lex->lex_level;
+	SdpJsonNode *node = node_at(st, level);
 
-	if (st->lex->lex_level == 1 && st->column >= 0)
+	if (node != NULL && node->ncolumns > 0)
 	{
-		FieldValue *f = &st->fields[st->column];
+		const char *start = st->start_at[level];
+		int			len = (int) (st->lex->prev_token_terminator - start);
 
-		f->len = (int) (st->lex->prev_token_terminator - st->nested_start);
-		f->text = pnstrdup(st->nested_start, f->len);
-		f->type = *st->nested_start == '{' ? JSON_TOKEN_OBJECT_START : JSON_TOKEN_ARRAY_START;
+		set_columns(st, node, pnstrdup(start, len), len,
+					*start == '{' ? JSON_TOKEN_OBJECT_START : JSON_TOKEN_ARRAY_START);
 	}
 	SDP_JSON_CALLBACK_DONE;
 }
@@ -323,17 +361,129 @@ fast_value(FastScan *fs, int depth, JsonTokenType *type)
 	}
 }
 
+/* The child of node that is its member of this name, as an index into its children, or -1. */
+static inline int
+json_member(const SdpJsonNode *node, const char *name, int len)
+{
+	for (int i = 0; i < node->nchildren; i++)
+	{
+		const SdpJsonNode *c = &node->children[i];
+
+		if (c->keylen == len && c->key != NULL && memcmp(c->key, name, len) == 0)
+			return i;
+	}
+	return -1;
+}
+
+/* The child of node that is its element at this index, or NULL. */
+static inline SdpJsonNode *
+json_element(SdpJsonNode *node, int index)
+{
+	for (int i = 0; i < node->nchildren; i++)
+		if (node->children[i].key == NULL && node->children[i].index == index)
+			return &node->children[i];
+	return NULL;
+}
+
 /*
- * The document in text (len bytes, followed by a NUL) as a flat object:
- * fills fields[] as the parser's callbacks would (the last of a repeated
- * field wins) and returns true, or false when it is not sure (see above).
- * Writes NULs into text after each declared field's value.
+ * The object or array at p, below a member or element that declared paths
+ * go through (node): checked and skipped as fast_value does, and the value
+ * of every node below it with columns copied into fields[] (a copy: the
+ * text around it may be a column's value too).  A value that is not what a
+ * path expects (a scalar where it goes on, an array where it names a
+ * member) leaves the column absent, as a missing field does.
+ */
+static bool
+fast_descend(FastScan *fs, SdpJsonNode *node, int depth, FieldValue *fields)
+{
+	char		close = *fs->p == '{' ? '}' : ']';
+	int			index = 0;
+
+	if (depth >= SDP_FAST_MAX_DEPTH)
+		return false;
+	fs->p++;
+	fast_skip_ws(fs);
+	if (fs->p < fs->end && *fs->p == close)
+	{
+		fs->p++;
+		return true;
+	}
+	for (;;)
+	{
+		SdpJsonNode *child;
+		char	   *vstart;
+		JsonTokenType type;
+
+		if (close == '}')
+		{
+			char	   *name;
+			int			nlen;
+			int			c;
+
+			if (fs->p >= fs->end || *fs->p != '"' || !fast_string(fs, &name, &nlen))
+				return false;
+			c = json_member(node, name, nlen);
+			child = c >= 0 ? &node->children[c] : NULL;
+			fast_skip_ws(fs);
+			if (fs->p >= fs->end || *fs->p != ':')
+				return false;
+			fs->p++;
+			fast_skip_ws(fs);
+		}
+		else
+			child = json_element(node, index++);
+		vstart = fs->p;
+		if (child != NULL && child->nchildren > 0 && fs->p < fs->end && (*fs->p == '{' || *fs->p == '['))
+		{
+			type = *fs->p == '{' ? JSON_TOKEN_OBJECT_START : JSON_TOKEN_ARRAY_START;
+			if (!fast_descend(fs, child, depth + 1, fields))
+				return false;
+		}
+		else if (!fast_value(fs, depth + 1, &type))
+			return false;
+		for (int k = 0; child != NULL && k < child->ncolumns; k++)
+		{
+			FieldValue *f = &fields[child->columns[k]];
+
+			f->type = type;
+			if (type == JSON_TOKEN_STRING)
+			{
+				f->len = (int) (fs->p - vstart) - 2;
+				f->text = pnstrdup(vstart + 1, f->len);
+			}
+			else
+			{
+				f->len = (int) (fs->p - vstart);
+				f->text = pnstrdup(vstart, f->len);
+			}
+		}
+		fast_skip_ws(fs);
+		if (fs->p >= fs->end)
+			return false;
+		if (*fs->p == close)
+		{
+			fs->p++;
+			return true;
+		}
+		if (*fs->p != ',')
+			return false;
+		fs->p++;
+		fast_skip_ws(fs);
+	}
+}
+
+/*
+ * The document in text (len bytes, followed by a NUL) as an object: fills
+ * fields[] as the parser's callbacks would (the last of a repeated field
+ * wins) and returns true, or false when it is not sure (see above).  Writes
+ * NULs into text after each top-level value of a column.
  */
 static bool
 fast_scan(SdpInputSchema *schema, char *text, int len, FieldValue *fields)
 {
 	FastScan	fs = {text, text + len};
-	char	  **ends = palloc(sizeof(char *) * Max(schema->ncolumns, 1));
+	SdpJsonNode *root = schema->tree;
+	char	  **ends = palloc0(sizeof(char *) * Max(schema->ncolumns, 1));
 	int			nfield = 0;
 	int			hint;
 
@@ -350,31 +500,23 @@ fast_scan(SdpInputSchema *schema, char *text, int len, FieldValue *fields)
 		{
 			char	   *name;
 			int			nlen;
-			int			column = -1;
+			int			child = -1;
+			SdpJsonNode *node;
 			char	   *vstart;
 			JsonTokenType type;
 
 			if (fs.p >= fs.end || *fs.p != '"' || !fast_string(&fs, &name, &nlen))
 				return false;
-			/* the column this field position had in the previous document first: producers keep their order */
+			/* the member this field position had in the previous document first: producers keep their order */
 			hint = nfield < SDP_FIELD_HINTS ? schema->field_hint[nfield] : -1;
-			if (hint >= 0 && schema->columns[hint].namelen == nlen &&
-				memcmp(schema->columns[hint].name, name, nlen) == 0)
-				column = hint;
+			if (hint >= 0 && root->children[hint].keylen == nlen &&
+				memcmp(root->children[hint].key, name, nlen) == 0)
+				child = hint;
 			else
 			{
-				for (int i = 0; i < schema->ncolumns; i++)
-				{
-					const SdpInputColumn *c = &schema->columns[i];
-
-					if (c->namelen == nlen && memcmp(c->name, name, nlen) == 0)
-					{
-						column = i;
-						break;
-					}
-				}
+				child = json_member(root, name, nlen);
 				if (nfield < SDP_FIELD_HINTS)
-					schema->field_hint[nfield] = column;
+					schema->field_hint[nfield] = child;
 			}
 			nfield++;
 			fast_skip_ws(&fs);
@@ -383,10 +525,19 @@ fast_scan(SdpInputSchema *schema, char *text, int len, FieldValue *fields)
 			fs.p++;
 			fast_skip_ws(&fs);
 			vstart = fs.p;
-			if (!fast_value(&fs, 1, &type))
-				return false;
-			if (column >= 0)
+			node = child >= 0 ? &root->children[child] : NULL;
+			if (node != NULL && node->nchildren > 0 && (*fs.p == '{' || *fs.p == '['))
 			{
+				/* a path goes on below this member */
+				type = *fs.p == '{' ? JSON_TOKEN_OBJECT_START : JSON_TOKEN_ARRAY_START;
+				if (!fast_descend(&fs, node, 1, fields))
+					return false;
+			}
+			else if (!fast_value(&fs, 1, &type))
+				return false;
+			for (int k = 0; node != NULL && k < node->ncolumns; k++)
+			{
+				int			column = node->columns[k];
 				FieldValue *f = &fields[column];
 
 				f->type = type;
@@ -420,9 +571,12 @@ fast_scan(SdpInputSchema *schema, char *text, int len, FieldValue *fields)
 	fast_skip_ws(&fs);
 	if (fs.p != fs.end)
 		return false;
-	/* checked whole: terminate the values in place (a closing quote or a delimiter, or the final NUL) */
+	/*
+	 * checked whole: terminate the top-level values in place (a closing
+	 * quote or a delimiter, or the final NUL); a nested one is a copy
+	 */
 	for (int i = 0; i < schema->ncolumns; i++)
-		if (fields[i].type != JSON_TOKEN_INVALID)
+		if (fields[i].type != JSON_TOKEN_INVALID && ends[i] != NULL)
 			*ends[i] = '\0';
 	pfree(ends);
 	return true;
@@ -810,13 +964,17 @@ sdp_decode_message(SdpInputSchema *schema, const char *payload, size_t len,
 
 	st.lex = sdp_json_lexer(text, len, GetDatabaseEncoding(), true);
 	st.schema = schema;
-	st.column = -1;
+	st.node_at = palloc0(sizeof(SdpJsonNode *) * (schema->tree_depth + 1));
+	st.node_at[0] = schema->tree;
+	st.start_at = palloc0(sizeof(char *) * (schema->tree_depth + 1));
+	st.elem_at = palloc0(sizeof(int) * (schema->tree_depth + 1));
 	sem.semstate = &st;
 	sem.object_start = on_nested_start;
 	sem.array_start = on_nested_start;
 	sem.object_end = on_nested_end;
 	sem.array_end = on_nested_end;
 	sem.object_field_start = on_field_start;
+	sem.array_element_start = on_element_start;
 	sem.scalar = on_scalar;
 
 	/* the parser and our callbacks may raise (a depth past the limit): report it as the reason */
@@ -858,8 +1016,10 @@ convert:
 	}
 	PG_CATCH();
 	{
+		SdpInputColumn *col = &schema->columns[failed_column];
+
 		MemoryContextSwitchTo(cxt);
-		rethrow_with_prefix(cxt, psprintf("field \"%s\"", schema->columns[failed_column].name));
+		rethrow_with_prefix(cxt, psprintf("field \"%s\"", col->path_text ? col->path_text : col->name));
 	}
 	PG_END_TRY();
 	return true;

@@ -37,6 +37,36 @@ SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'ta
 SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text, icao24 text')$$);
 SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text, kafka_offset bigint')$$);
 SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', '')$$);
+-- paths into the document that are not one path of names and [index]es: the detail says why
+CREATE FUNCTION pg_temp.refused_detail(stmt text) RETURNS text LANGUAGE plpgsql AS $$
+DECLARE st text; msg text; detail text;
+BEGIN
+  EXECUTE stmt;
+  RETURN 'accepted';
+EXCEPTION WHEN OTHERS THEN
+  GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, msg = MESSAGE_TEXT, detail = PG_EXCEPTION_DETAIL;
+  RETURN st || ': ' || msg || ' | ' || detail;
+END $$;
+SELECT pg_temp.refused_detail(format('SELECT sdp_create_flow(%L, %L, %L, %L)', 'f', 'flights', 'positions', s))
+  FROM unnest(ARRAY['icao24 text, lat float8 FROM',
+                    'lat float8 FROM position..lat',
+                    'lat float8 FROM position.lat + 1',
+                    'lat float8 FROM position.lat::text',
+                    'lat float8 FROM tags[-1]',
+                    'lat float8 FROM tags[1:2]',
+                    'lat float8 FROM tags[i]',
+                    'lat float8 FROM position.*',
+                    'lat float8 FROM a FROM b',
+                    'lat float8 FROM position.lat AS x',
+                    'lat float8 FROM position.lat; DROP TABLE positions',
+                    'lat float8 FROM ''position''',
+                    'lat float8 FROM user.lat',
+                    'lat float8 FROM "unterminated']) s;
+-- a good one: FROM in a quoted name is a name
+CREATE TABLE nested_t (icao24 text, lat float8, "from" text, lon float8);
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'nested_t', 'icao24 text FROM "ICAO", lat float8 FROM position.lat, "from" text, lon float8 FROM "from"[0]')$$);
+SELECT sdp_drop_flow('f');
+DROP TABLE nested_t;
 -- transforms that do not parse, are not a read-only SELECT, or do not fit the target
 SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text', 'SELEC icao24 FROM input')$$);
 SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text', 'SELECT icao24, altitude FROM input')$$);
