@@ -39,7 +39,7 @@ RDKAFKA_CFLAGS = -isystem $(RDKAFKA_PREFIX)/include
 RDKAFKA_LIBS = -L$(RDKAFKA_PREFIX)/lib -Wl,-rpath,$(RDKAFKA_PREFIX)/lib
 PG_CPPFLAGS += $(RDKAFKA_CFLAGS)
 endif
-SHLIB_LINK += $(RDKAFKA_LIBS) -lrdkafka -lm
+SHLIB_LINK += $(RDKAFKA_LIBS) -lrdkafka -lcurl -lm
 
 # Tools: plain programs beside the extension (embedded broker, event
 # generators, dashboard), built by "make tools" with libraries of their own.

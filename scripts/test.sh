@@ -52,6 +52,16 @@ total_pass=0
 total_fail=0
 summary=()
 
+# test/t/049_avro.pl: a schema registry (Apicurio Registry, from Maven Central,
+# with a Java 21 from PyPI where Debian's is older) and Confluent's Python
+# client with its Avro serializer (PyPI), fetched once per machine
+command -v java >/dev/null || sdp_install_packages openjdk-17-jre-headless
+command -v mvn >/dev/null || sdp_install_packages maven
+if ! sdp_as_root bash scripts/registry.sh fetch >/dev/null || ! sdp_as_root bash scripts/pyavro.sh >/dev/null; then
+  summary+=("the schema registry or the Avro producer could not be fetched (test 049 skips)")
+  total_fail=$((total_fail + 1))
+fi
+
 # extract_prev_version WORK: the previous release's tree in WORK/prev_version,
 # for test/t/082_upgrade_binary.pl: the parent of the newest commit that set
 # sdp_ext.control's default_version to the current one.  Without the history

@@ -61,6 +61,14 @@ typedef struct SdpFlowOptions
 } SdpFlowOptions;
 
 /* A Kafka source (sdp.sources), including its librdkafka properties. */
+/* How a source's message values (format) and keys (key.format) are written. */
+typedef enum SdpFormat
+{
+	SDP_FORMAT_JSON,			/* values: a JSON object (the default) */
+	SDP_FORMAT_TEXT,			/* keys: text, as they are (the default) */
+	SDP_FORMAT_AVRO				/* Avro in Confluent's wire format, its schema in a registry */
+} SdpFormat;
+
 typedef struct SdpSourceDef
 {
 	char	   *name;
@@ -70,7 +78,10 @@ typedef struct SdpSourceDef
 	bool		start_at_earliest;	/* starting_offsets: earliest or latest */
 	bool		start_at_time_set;	/* starting_offsets: a timestamp */
 	TimestampTz start_at_time;
-	List	   *properties;		/* librdkafka key, value pairs: List of char* */
+	List	   *properties;		/* librdkafka key, value pairs: List of char*; and the registry's (sdp_source_format_option) */
+	SdpFormat	format;			/* of the values */
+	SdpFormat	key_format;		/* of the keys */
+	char	   *registry_url;	/* schema.registry.url, or NULL */
 } SdpSourceDef;
 
 /* A Kafka sink (sdp.sinks): where a sink flow's rows are produced. */
@@ -117,6 +128,9 @@ typedef struct SdpInputColumn
 	int			npath;			/* steps to its value: 1 for a top-level field */
 	SdpPathStep *path;
 	char	   *path_text;		/* the declared path ('position.lat'), or NULL: the field of its name */
+	bool		has_default;	/* DEFAULT: the value of a field the message does not have */
+	bool		default_isnull;
+	Datum		default_value;
 } SdpInputColumn;
 
 /*

@@ -414,9 +414,117 @@ parse_start_time(const char *str, TimestampTz *result)
 }
 
 /*
- * Parse a source's options: starting_offsets, and librdkafka properties
- * passed through as strings.  The properties are checked against
- * librdkafka by the caller (kafka_source.c).
+ * The source options that are not librdkafka's: the formats and the schema
+ * registry's client (named as Confluent's clients name them).  They stay
+ * in the properties list, so that kafka_properties_check_role judges them
+ * with the others (a URL's host, a file of the server), and are left out
+ * of the consumer's configuration.
+ */
+static const char *const format_options[] = {
+	"format", "key.format", "schema.registry.url", "basic.auth.credentials.source",
+	"basic.auth.user.info", "schema.registry.ssl.ca.location", "schema.registry.ssl.ca.pem",
+	"schema.registry.ssl.certificate.location", "schema.registry.ssl.certificate.pem",
+	"schema.registry.ssl.key.location", "schema.registry.ssl.key.pem",
+	"schema.registry.ssl.key.password", "schema.registry.ssl.endpoint.identification.algorithm"
+};
+
+bool
+sdp_source_format_option(const char *key)
+{
+	for (int i = 0; i < lengthof(format_options); i++)
+		if (strcmp(key, format_options[i]) == 0)
+			return true;
+	return false;
+}
+
+static SdpFormat
+parse_format(const char *key, const char *val)
+{
+	bool		is_key = strcmp(key, "key.format") == 0;
+
+	if (strcmp(val, "avro") == 0)
+		return SDP_FORMAT_AVRO;
+	if (!is_key && strcmp(val, "json") == 0)
+		return SDP_FORMAT_JSON;
+	if (is_key && strcmp(val, "text") == 0)
+		return SDP_FORMAT_TEXT;
+	ereport(ERROR,
+			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			 errmsg("invalid value for option \"%s\": \"%s\"", key, val),
+			 is_key ? errhint("Valid values are \"text\" (the key as it is, the default) and \"avro\" (Confluent's wire format, with schema.registry.url).")
+			 : errhint("Valid values are \"json\" (the default) and \"avro\" (Confluent's wire format, with schema.registry.url).")));
+	return SDP_FORMAT_JSON;		/* keep compiler quiet */
+}
+
+/* The registry's options hang together: a URL for Avro, credentials as Confluent's clients take them. */
+static void
+check_format_options(SdpSourceDef *source)
+{
+	const char *other = NULL;
+	const char *cred_source = NULL;
+	const char *user_info = NULL;
+	ListCell   *lc;
+
+	for (lc = list_head(source->properties); lc != NULL; lc = lnext(source->properties, lnext(source->properties, lc)))
+	{
+		const char *key = lfirst(lc);
+		const char *val = lfirst(lnext(source->properties, lc));
+
+		if (strcmp(key, "basic.auth.credentials.source") == 0)
+			cred_source = val;
+		else if (strcmp(key, "basic.auth.user.info") == 0)
+			user_info = val;
+		else if (strcmp(key, "schema.registry.ssl.endpoint.identification.algorithm") == 0 &&
+				 strcmp(val, "https") != 0 && strcmp(val, "none") != 0 && val[0] != '\0')
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("invalid value for option \"%s\": \"%s\"", key, val),
+					 errhint("Valid values are \"https\" (the registry's certificate must name its host, the default) and \"none\".")));
+		if (sdp_source_format_option(key) && strcmp(key, "format") != 0 && strcmp(key, "key.format") != 0 &&
+			strcmp(key, "schema.registry.url") != 0 && other == NULL)
+			other = key;
+	}
+	if (source->registry_url == NULL)
+	{
+		if (other != NULL)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("option \"%s\" is for a schema registry, and the source has none", other),
+					 errhint("Give the registry's URL in \"schema.registry.url\".")));
+		if (source->format == SDP_FORMAT_AVRO || source->key_format == SDP_FORMAT_AVRO)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("Avro %s need a schema registry", source->format == SDP_FORMAT_AVRO ? "values" : "keys"),
+					 errdetail("A message in Confluent's wire format carries the id of its schema in the registry, not the schema."),
+					 errhint("Give the registry's URL in \"schema.registry.url\", e.g. \"http://registry:8081\".")));
+		return;
+	}
+	if (pg_strncasecmp(source->registry_url, "http://", 7) != 0 &&
+		pg_strncasecmp(source->registry_url, "https://", 8) != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("invalid value for option \"schema.registry.url\": \"%s\"", source->registry_url),
+				 errhint("The registry's URL is http:// or https://, e.g. \"http://registry:8081\" (one URL).")));
+	if (cred_source != NULL && strcmp(cred_source, "USER_INFO") != 0 && strcmp(cred_source, "URL") != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("invalid value for option \"basic.auth.credentials.source\": \"%s\"", cred_source),
+				 errhint("Valid values are \"USER_INFO\" (basic.auth.user.info) and \"URL\" (in the URL: http://user:password@host).")));
+	if (user_info != NULL && strchr(user_info, ':') == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("option \"basic.auth.user.info\" is not \"user:password\"")));
+	if (cred_source != NULL && strcmp(cred_source, "USER_INFO") == 0 && user_info == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("option \"basic.auth.credentials.source\" is USER_INFO, and \"basic.auth.user.info\" is not given")));
+}
+
+/*
+ * Parse a source's options: starting_offsets, the formats and the schema
+ * registry's options, and librdkafka properties passed through as strings.
+ * The properties are checked against librdkafka by the caller
+ * (kafka_source.c).
  */
 void
 sdp_parse_source_options(Jsonb *options, SdpSourceDef *source)
@@ -427,6 +535,9 @@ sdp_parse_source_options(Jsonb *options, SdpSourceDef *source)
 
 	source->start_at_earliest = true;
 	source->properties = NIL;
+	source->format = SDP_FORMAT_JSON;
+	source->key_format = SDP_FORMAT_TEXT;
+	source->registry_url = NULL;
 	if (options == NULL)
 		return;
 	if (!JB_ROOT_IS_OBJECT(options))
@@ -461,8 +572,15 @@ sdp_parse_source_options(Jsonb *options, SdpSourceDef *source)
 						 errhint("Valid values are \"earliest\", \"latest\" and a timestamp, e.g. \"2026-12-01T06:00:00Z\".")));
 		}
 		else
+		{
+			if (strcmp(key, "format") == 0 || strcmp(key, "key.format") == 0)
+				*(strcmp(key, "format") == 0 ? &source->format : &source->key_format) = parse_format(key, val);
+			else if (strcmp(key, "schema.registry.url") == 0)
+				source->registry_url = val;
 			source->properties = lappend(lappend(source->properties, key), val);
+		}
 	}
+	check_format_options(source);
 }
 
 /*

@@ -10,6 +10,7 @@
 
 extern void sdp_parse_flow_options(Jsonb *options, SdpFlowOptions *opts);
 extern void sdp_parse_source_options(Jsonb *options, SdpSourceDef *source);
+extern bool sdp_source_format_option(const char *key);
 extern void sdp_parse_sink_options(Jsonb *options, SdpSinkDef *sink);
 extern int	sdp_interval_option_ms(const char *option, const char *text);
 extern int64 sdp_interval_option_us(const char *option, const char *text);

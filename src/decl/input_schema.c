@@ -304,6 +304,42 @@ parse_path(const char *schema_text, const char *path_text, int *npath)
 	return steps;
 }
 
+/*
+ * The text of a constant default (a literal, NULL, or a literal with a
+ * cast: the column's type decides), or false for anything else.
+ */
+static bool
+default_constant(Node *expr, char **text)
+{
+	A_Const    *c;
+
+	if (IsA(expr, TypeCast))
+		expr = ((TypeCast *) expr)->arg;
+	if (!IsA(expr, A_Const))
+		return false;
+	c = (A_Const *) expr;
+	*text = NULL;
+	if (c->isnull)
+		return true;
+	switch (nodeTag(&c->val))
+	{
+		case T_Integer:
+			*text = psprintf("%d", intVal(&c->val));
+			return true;
+		case T_Float:
+			*text = pstrdup(castNode(Float, &c->val)->fval);
+			return true;
+		case T_String:
+			*text = pstrdup(strVal(&c->val));
+			return true;
+		case T_Boolean:
+			*text = pstrdup(boolVal(&c->val) ? "true" : "false");
+			return true;
+		default:
+			return false;
+	}
+}
+
 /* The child of node reached by step, added if it is not there yet. */
 static SdpJsonNode *
 json_node_child(SdpJsonNode *node, const SdpPathStep *step)
@@ -455,12 +491,23 @@ sdp_parse_input_schema(const char *schema_text)
 		ColumnDef  *def;
 		SdpInputColumn *col = &schema->columns[i];
 		Oid			typinput;
+		Node	   *default_expr;
+		ListCell   *lc2;
 
 		if (!IsA(lfirst(lc), ColumnDef))
 			schema_error(schema_text, "Only column names and types are allowed, no constraints.");
 		def = (ColumnDef *) lfirst(lc);
-		if (def->constraints || def->collClause || def->raw_default || def->is_not_null)
-			schema_error(schema_text, "Only column names and types are allowed, no constraints, defaults or collations.");
+		default_expr = NULL;
+		foreach(lc2, def->constraints)
+		{
+			Constraint *con = lfirst_node(Constraint, lc2);
+
+			if (con->contype != CONSTR_DEFAULT || default_expr != NULL)
+				schema_error(schema_text, "Only column names and types are allowed, with FROM and DEFAULT, no constraints or collations.");
+			default_expr = con->raw_expr;
+		}
+		if (def->collClause || def->raw_default || def->is_not_null)
+			schema_error(schema_text, "Only column names and types are allowed, with FROM and DEFAULT, no constraints or collations.");
 		if (sdp_is_meta_column(def->colname) && strcmp(def->colname, meta_names[SDP_META_HEADERS]) != 0)
 			ereport(ERROR,
 					(errcode(ERRCODE_DUPLICATE_COLUMN),
@@ -491,6 +538,22 @@ sdp_parse_input_schema(const char *schema_text)
 		col->kind = decode_kind_for(col->name, col->typid, col->typmod);
 		getTypeInputInfo(col->typid, &typinput, &col->typioparam);
 		fmgr_info(typinput, &col->infunc);
+
+		if (default_expr != NULL)
+		{
+			char	   *text;
+
+			if (!default_constant(default_expr, &text))
+				ereport(ERROR,
+						(errcode(ERRCODE_SYNTAX_ERROR),
+						 errmsg("invalid input schema \"%s\"", schema_text),
+						 errdetail("The default of input column \"%s\" is not a constant.", col->name),
+						 errhint("A default is a constant, e.g. 'qty int DEFAULT 0, note text DEFAULT NULL': the value of a field a message does not have.")));
+			col->has_default = true;
+			col->default_isnull = (text == NULL);
+			if (text != NULL)
+				col->default_value = InputFunctionCall(&col->infunc, text, col->typioparam, col->typmod);
+		}
 
 		TupleDescInitEntry(schema->tupdesc, i + 1, col->name, col->typid, col->typmod, 0);
 		i++;

@@ -26,6 +26,7 @@
  * function's error leaves nothing behind.
  */
 #include "exec/json_decode.h"
+#include "exec/json_path.h"
 #include "compat.h"
 
 #include <math.h>
@@ -88,9 +89,6 @@ set_columns(DecodeState *st, SdpJsonNode *node, char *text, int len, JsonTokenTy
 	}
 }
 
-static inline int json_member(const SdpJsonNode *node, const char *name, int len);
-static inline SdpJsonNode *json_element(SdpJsonNode *node, int index);
-
 static SDP_JSON_CALLBACK
 on_field_start(void *state, char *fname, bool isnull)
 {
@@ -100,7 +98,7 @@ on_field_start(void *state, char *fname, bool isnull)
 	if (level <= st->schema->tree_depth)
 	{
 		SdpJsonNode *parent = node_at(st, level - 1);
-		int			c = parent ? json_member(parent, fname, (int) strlen(fname)) : -1;
+		int			c = parent ? sdp_json_member(parent, fname, (int) strlen(fname)) : -1;
 
 		st->node_at[level] = c >= 0 ? &parent->children[c] : NULL;
 	}
@@ -117,7 +115,7 @@ on_element_start(void *state, bool isnull)
 	{
 		SdpJsonNode *parent = node_at(st, level - 1);
 
-		st->node_at[level] = parent ? json_element(parent, st->elem_at[level - 1]++) : NULL;
+		st->node_at[level] = parent ? sdp_json_element(parent, st->elem_at[level - 1]++) : NULL;
 	}
 	SDP_JSON_CALLBACK_DONE;
 }
@@ -361,30 +359,6 @@ fast_value(FastScan *fs, int depth, JsonTokenType *type)
 	}
 }
 
-/* The child of node that is its member of this name, as an index into its children, or -1. */
-static inline int
-json_member(const SdpJsonNode *node, const char *name, int len)
-{
-	for (int i = 0; i < node->nchildren; i++)
-	{
-		const SdpJsonNode *c = &node->children[i];
-
-		if (c->keylen == len && c->key != NULL && memcmp(c->key, name, len) == 0)
-			return i;
-	}
-	return -1;
-}
-
-/* The child of node that is its element at this index, or NULL. */
-static inline SdpJsonNode *
-json_element(SdpJsonNode *node, int index)
-{
-	for (int i = 0; i < node->nchildren; i++)
-		if (node->children[i].key == NULL && node->children[i].index == index)
-			return &node->children[i];
-	return NULL;
-}
-
 /*
  * The object or array at p, below a member or element that declared paths
  * go through (node): checked and skipped as fast_value does, and the value
@@ -422,7 +396,7 @@ fast_descend(FastScan *fs, SdpJsonNode *node, int depth, FieldValue *fields)
 
 			if (fs->p >= fs->end || *fs->p != '"' || !fast_string(fs, &name, &nlen))
 				return false;
-			c = json_member(node, name, nlen);
+			c = sdp_json_member(node, name, nlen);
 			child = c >= 0 ? &node->children[c] : NULL;
 			fast_skip_ws(fs);
 			if (fs->p >= fs->end || *fs->p != ':')
@@ -431,7 +405,7 @@ fast_descend(FastScan *fs, SdpJsonNode *node, int depth, FieldValue *fields)
 			fast_skip_ws(fs);
 		}
 		else
-			child = json_element(node, index++);
+			child = sdp_json_element(node, index++);
 		vstart = fs->p;
 		if (child != NULL && child->nchildren > 0 && fs->p < fs->end && (*fs->p == '{' || *fs->p == '['))
 		{
@@ -514,7 +488,7 @@ fast_scan(SdpInputSchema *schema, char *text, int len, FieldValue *fields)
 				child = hint;
 			else
 			{
-				child = json_member(root, name, nlen);
+				child = sdp_json_member(root, name, nlen);
 				if (nfield < SDP_FIELD_HINTS)
 					schema->field_hint[nfield] = child;
 			}
@@ -1003,6 +977,13 @@ convert:
 		{
 			FieldValue *f = &st.fields[i];
 
+			if (f->type == JSON_TOKEN_INVALID && schema->columns[i].has_default)
+			{
+				/* a field the document does not have: the declared default */
+				values[i] = schema->columns[i].default_value;
+				nulls[i] = schema->columns[i].default_isnull;
+				continue;
+			}
 			if (f->type == JSON_TOKEN_INVALID || f->type == JSON_TOKEN_NULL)
 			{
 				values[i] = (Datum) 0;
@@ -1032,4 +1013,21 @@ sdp_bytes_are_text(const void *bytes, size_t len)
 	return bytes != NULL && len < MaxAllocSize &&
 		memchr(bytes, '\0', len) == NULL &&
 		pg_verify_mbstr(GetDatabaseEncoding(), bytes, (int) len, true);
+}
+
+/*
+ * A value of another format (avro_decode.c) as JSON would have given it,
+ * its text and its token's kind, into its column: the same conversions,
+ * so a column reads the same value alike from either format.  Raises as
+ * field_to_datum does.
+ */
+Datum
+sdp_json_value_datum(SdpInputColumn *col, char *text, int len, JsonTokenType type)
+{
+	FieldValue	f;
+
+	f.text = text;
+	f.len = len;
+	f.type = type;
+	return field_to_datum(col, &f);
 }

@@ -107,6 +107,21 @@ static const KnownProperty known_properties[] = {
 	{"broker.version.fallback", PROP_ANYONE},
 	{"allow.auto.create.topics", PROP_ANYONE},
 
+	/* the formats and the schema registry's client (flow_options.c: not librdkafka's) */
+	{"format", PROP_ANYONE},
+	{"key.format", PROP_ANYONE},
+	{"schema.registry.url", PROP_URL},
+	{"basic.auth.credentials.source", PROP_ANYONE},
+	{"basic.auth.user.info", PROP_ANYONE},
+	{"schema.registry.ssl.ca.location", PROP_SERVER_FILE, "schema.registry.ssl.ca.pem"},
+	{"schema.registry.ssl.ca.pem", PROP_ANYONE},
+	{"schema.registry.ssl.certificate.location", PROP_SERVER_FILE, "schema.registry.ssl.certificate.pem"},
+	{"schema.registry.ssl.certificate.pem", PROP_ANYONE},
+	{"schema.registry.ssl.key.location", PROP_SERVER_FILE, "schema.registry.ssl.key.pem"},
+	{"schema.registry.ssl.key.pem", PROP_ANYONE},
+	{"schema.registry.ssl.key.password", PROP_ANYONE},
+	{"schema.registry.ssl.endpoint.identification.algorithm", PROP_ANYONE},
+
 	/* TLS: the credentials themselves, not files */
 	{"security.protocol", PROP_ANYONE},
 	{"ssl.cipher.suites", PROP_ANYONE},

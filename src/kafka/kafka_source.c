@@ -33,6 +33,7 @@
 #include "exec/json_decode.h"
 #include "kafka/kafka_client.h"
 #include "kafka/kafka_properties.h"
+#include "decl/flow_options.h"
 
 #define KAFKA_LOG_RING 8
 
@@ -136,6 +137,9 @@ kafka_validate_properties(List *properties)
 		}
 		/* setting it would load its code here, in the caller's backend: the worker checks it */
 		if (kafka_property_loads_code(key))
+			continue;
+		/* the formats' and the registry's, not librdkafka's (flow_options.c checks them) */
+		if (sdp_source_format_option(key))
 			continue;
 		if (rd_kafka_conf_set(conf, key, val, errstr, sizeof(errstr)) != RD_KAFKA_CONF_OK)
 		{
@@ -334,7 +338,7 @@ kafka_source_create(const SdpSourceDef *source, const char *flow_name)
 	{
 		const char *key = lfirst(lc);
 
-		if (!is_reserved(key))
+		if (!is_reserved(key) && !sdp_source_format_option(key))
 			CONF_SET(key, (const char *) lfirst(lnext(source->properties, lc)));
 	}
 	CONF_SET("bootstrap.servers", source->bootstrap_servers);

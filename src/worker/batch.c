@@ -49,6 +49,7 @@
 #include "worker/dead_letter.h"
 #include "worker/isolate.h"
 #include "exec/json_decode.h"
+#include "worker/formats.h"
 #include "kafka/kafka_source.h"
 #include "worker/offsets.h"
 #include "worker/skip.h"
@@ -127,7 +128,7 @@ decode_one(DecodeRun *d, int i)
 			nulls[c] = true;
 		b->row_tomb[b->nrows] = true;
 	}
-	else if (!sdp_decode_message(w->prep.schema, m->payload, m->len, values, nulls, &error, &sqlstate))
+	else if (!sdp_formats_decode_value(w, m, values, nulls, &error, &sqlstate))
 	{
 		sdp_dead_letter_add(b, m, "decode", error, sqlstate);
 		return;
@@ -151,10 +152,13 @@ decode_one(DecodeRun *d, int i)
 	nulls[ncols + SDP_META_PARTITION] = (w->prep.unread_meta & (1 << SDP_META_PARTITION)) != 0;
 	values[ncols + SDP_META_OFFSET] = Int64GetDatum(m->offset);
 	nulls[ncols + SDP_META_OFFSET] = (w->prep.unread_meta & (1 << SDP_META_OFFSET)) != 0;
-	nulls[ncols + SDP_META_KEY] = (w->prep.unread_meta & (1 << SDP_META_KEY)) != 0 ||
-		!sdp_bytes_are_text(m->key, m->key_len);
-	if (!nulls[ncols + SDP_META_KEY])
-		values[ncols + SDP_META_KEY] = PointerGetDatum(cstring_to_text_with_len(m->key, (int) m->key_len));
+	nulls[ncols + SDP_META_KEY] = true;
+	if (!(w->prep.unread_meta & (1 << SDP_META_KEY)) &&
+		!sdp_formats_key(w, m, &values[ncols + SDP_META_KEY], &nulls[ncols + SDP_META_KEY], &error))
+	{
+		sdp_dead_letter_add(b, m, "decode", error, ERRCODE_INVALID_TEXT_REPRESENTATION);
+		return;
+	}
 	nulls[ncols + SDP_META_TIMESTAMP] = true;
 	if (!(w->prep.unread_meta & (1 << SDP_META_TIMESTAMP)))
 	{
@@ -827,6 +831,9 @@ sdp_batch_run(FlowWorker *w, Batch *b, char **message)
 
 	if (b->next == NULL)
 		b->next = palloc(sizeof(int64) * Max(w->parts.n, 1));
+	/* the writer schemas its Avro messages name, before the transaction: a network wait */
+	if (!b->decoded && !sdp_formats_fetch_schemas(w, b, message))
+		return SDP_BATCH_RETRY;
 	for (;;)
 	{
 		ErrorData  *volatile edata = NULL;

@@ -37,6 +37,7 @@
 #include "decl/flow.h"
 #include "kafka/relay.h"
 #include "kafka/kafka_source.h"
+#include "kafka/schema_registry.h"
 #include "shmem/metrics.h"
 #include "stateful/operator.h"
 #include "exec/table_write.h"
@@ -132,6 +133,7 @@ typedef struct FlowWorker
 
 	/* its stages */
 	KafkaSource *kafka;			/* the consumer (kafka/kafka_source.c) */
+	SdpRegistry *registry;		/* the source's schema registry, or NULL (kafka/schema_registry.c) */
 	SdpPartitionSet parts;		/* its partitions and their committed offsets (offsets.c) */
 	SdpStatefulState *stateful; /* the operator stage (stateful.c), NULL for a stateless flow */
 	KafkaRelay *relay;			/* a sink flow's relay of the rows this worker writes (kafka/relay.c) */

@@ -178,6 +178,8 @@ load_declaration(FlowWorker *w)
 		kafka_properties_check_role(GetUserId(), psprintf("sink \"%s\"", w->sink_def.name),
 									w->sink_def.bootstrap_servers, w->sink_def.properties);
 	kafka_hosts_for_owner(GetUserId());
+	if (w->source.registry_url != NULL && w->registry == NULL)
+		w->registry = sdp_registry_create(&w->source, w->flow_cxt);
 
 	if (w->sink_def.name == NULL)
 	{

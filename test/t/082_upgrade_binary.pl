@@ -82,6 +82,7 @@ my %added = (
 	'0.5' => { symbol => 'sdp_sink_relays', args => '()' },
 	'0.6' => { symbol => 'sdp_library_version', args => '()' },
 	'0.7' => { symbol => 'sdp_skip_outbox_row', args => '(text, bigint)' },
+	'0.8' => { symbol => 'sdp_avro_to_json', args => '(text, bytea, boolean)' },
 );
 # From 0.4 on a third flow writes to a Kafka sink across the upgrade.
 my $with_sink = $old_version ge '0.4';
@@ -231,6 +232,16 @@ if ($new_version ge '0.7')
 	like($err, qr/flow "events_flow" has no outbox row 1/, '0.7: sdp_skip_outbox_row refuses a row the outbox does not hold');
 	is(SdpTest::query($node, "SELECT count(*) FROM sdp.flows WHERE options ? 'search_path'"), '0',
 		'0.7: the flows declared before have no search_path of their own');
+}
+if ($new_version ge '0.8')
+{
+	# 0.8: a registry's credentials are masked in sdp.source_list; sdp_avro_to_json reads an Avro value
+	SdpTest::query($node, q{SELECT sdp_create_source('masked', '127.0.0.1:9', 'avro-topic', '{"format": "avro", "schema.registry.url": "http://127.0.0.1:9", "basic.auth.user.info": "u:p"}')});
+	is(SdpTest::query($node, "SELECT options->>'basic.auth.user.info' FROM sdp.source_list WHERE name = 'masked'"),
+		'********', '0.8: sdp.source_list masks basic.auth.user.info');
+	SdpTest::query($node, "SELECT sdp_drop_source('masked')");
+	is(SdpTest::query($node, q{SELECT sdp_avro_to_json('{"type": "record", "name": "r", "fields": [{"name": "n", "type": "long"}]}', '\\x0000000007ae01')}),
+		'{"n": 87}', '0.8: sdp_avro_to_json reads an Avro value');
 }
 my $producer2 = SdpKafka::start_flightsim(
 	bootstrap => $broker->bootstrap, topic => 'raw-flights',

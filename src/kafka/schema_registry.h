@@ -1,0 +1,31 @@
+/*
+ * schema_registry.h
+ *		Writer schemas by id, from a Confluent-compatible schema registry
+ *		(schema_registry.c).
+ */
+#ifndef SDP_SCHEMA_REGISTRY_H
+#define SDP_SCHEMA_REGISTRY_H
+
+#include "decl/flow.h"
+
+typedef struct SdpRegistry SdpRegistry;
+
+/* A schema id as the registry answered for it. */
+typedef struct SdpRegistrySchema
+{
+	int32		id;				/* the hash key */
+	bool		found;			/* false: the registry has no schema of this id (404) */
+	char	   *answer;			/* its answer: {"schema": "...", ...}, or why not found */
+	void	   *parsed;			/* the decoder's reading of it, once made (in sdp_registry_context) */
+	char	   *parse_error;	/* or why it is not a schema the decoder reads */
+} SdpRegistrySchema;
+
+extern SdpRegistry *sdp_registry_create(const SdpSourceDef *source, MemoryContext parent);
+extern void sdp_registry_destroy(SdpRegistry *reg);
+extern bool sdp_registry_fetch(SdpRegistry *reg, int32 id, char **error);
+extern SdpRegistrySchema *sdp_registry_get(SdpRegistry *reg, int32 id);
+extern MemoryContext sdp_registry_context(SdpRegistry *reg);
+extern int64 sdp_registry_fetches(SdpRegistry *reg);
+extern const char *sdp_registry_url(SdpRegistry *reg);
+
+#endif							/* SDP_SCHEMA_REGISTRY_H */
