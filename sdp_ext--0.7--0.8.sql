@@ -3,12 +3,16 @@
 \echo Use "ALTER EXTENSION sdp_ext UPDATE TO '0.8'" to load this file. \quit
 
 -- A source's options may hold a schema registry's credentials
--- (basic.auth.user.info, "user:password"): masked as the other credentials.
+-- (basic.auth.user.info, "user:password", or in schema.registry.url,
+-- http://user:password@host): masked as the other credentials.
 CREATE OR REPLACE VIEW sdp.source_list AS
 SELECT s.name, s.bootstrap_servers, s.topic,
        (SELECT coalesce(jsonb_object_agg(o.key,
                  CASE WHEN o.key ~* '(password|secret|token|sasl\.oauthbearer\.config|key\.pem|jaas|user\.info)'
-                      THEN '"********"'::jsonb ELSE o.value END), '{}'::jsonb)
+                      THEN '"********"'::jsonb
+                      WHEN o.key = 'schema.registry.url' AND jsonb_typeof(o.value) = 'string'
+                      THEN to_jsonb(regexp_replace(o.value #>> '{}', '//[^/?#]*@', '//********@'))
+                      ELSE o.value END), '{}'::jsonb)
           FROM jsonb_each(s.options) o) AS options,
        s.owner, s.created_at
   FROM sdp.sources s

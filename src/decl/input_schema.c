@@ -281,6 +281,10 @@ parse_path(const char *schema_text, const char *path_text, int *npath)
 		Node	   *step = lfirst(lc);
 		SdpPathStep *s = &steps[n++];
 
+		if (IsA(step, String) && strlen(strVal(step)) >= NAMEDATALEN - 1)
+			path_error(schema_text, path_text,
+					   psprintf("has a name of %d bytes or more, which SQL's scanner cuts short (names in a path are at most %d bytes).",
+								NAMEDATALEN - 1, NAMEDATALEN - 2));
 		if (IsA(step, String))
 		{
 			s->key = pstrdup(strVal(step));

@@ -113,7 +113,7 @@ struct SdpAvroSchema
 
 /* Records, arrays and maps nested deeper than this are refused (json_decode.c's limit). */
 #define SDP_AVRO_MAX_DEPTH 1000
-/* Elements of zero bytes (nulls, empty records) an array or map may declare in one message. */
+/* Elements of zero bytes (nulls, empty records) the arrays and maps of one value may declare. */
 #define SDP_AVRO_MAX_EMPTY_ITEMS 1000000
 
 /* ---- the writer schema ---- */
@@ -221,6 +221,14 @@ find_named(SchemaParse *sp, const char *name, const char *ns)
 	return NULL;
 }
 
+/* The most bytes a two's-complement unscaled value of this many decimal digits takes. */
+static int
+decimal_max_bytes(int precision)
+{
+	/* digits * log2(10) bits, plus the sign bit, rounded up to bytes */
+	return (int) ((precision * 3.3219280948873623 + 1 + 7) / 8);
+}
+
 /* The logical type an annotated primitive or fixed has, if the specification lets it. */
 static void
 set_logical(AvroType *t, JsonbContainer *c)
@@ -235,8 +243,13 @@ set_logical(AvroType *t, JsonbContainer *c)
 		JsonbValue *sv = jb_key(c, "scale");
 		int			scale = sv == NULL ? 0 : jb_int(sv);
 
-		/* an invalid decimal is its underlying type (the specification: ignored) */
-		if (precision > 0 && scale >= 0 && scale <= precision && scale <= NUMERIC_MAX_DISPLAY_SCALE)
+		/*
+		 * an invalid decimal is its underlying type (the specification:
+		 * ignored); so is one wider than numeric holds, whose bytes would
+		 * cost their square to convert
+		 */
+		if (precision > 0 && precision <= NUMERIC_MAX_PRECISION && scale >= 0 && scale <= precision &&
+			scale <= NUMERIC_MAX_DISPLAY_SCALE && (t->kind == AK_BYTES || t->n <= decimal_max_bytes(precision)))
 		{
 			t->logical = AL_DECIMAL;
 			t->precision = precision;
@@ -429,9 +442,16 @@ SdpAvroSchema *
 sdp_avro_parse_schema(const char *text)
 {
 	SchemaParse sp = {NIL, text};
-	Jsonb	   *jb = DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum(text)));
+	MemoryContext cxt = CurrentMemoryContext;
+	MemoryContext tmp = AllocSetContextCreate(cxt, "sdp avro schema text", ALLOCSET_DEFAULT_SIZES);
+	Jsonb	   *jb;
 	JsonbValue	v;
 	SdpAvroSchema *schema = palloc0(sizeof(SdpAvroSchema));
+
+	/* the JSON only while the types are read from it (they copy what they keep) */
+	MemoryContextSwitchTo(tmp);
+	jb = DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum(text)));
+	MemoryContextSwitchTo(cxt);
 
 	/* the root as a value: a scalar root (a primitive's name) is a one-element array inside */
 	if (JB_ROOT_IS_SCALAR(jb))
@@ -448,6 +468,7 @@ sdp_avro_parse_schema(const char *text)
 	}
 	schema->root = parse_type(&sp, &v, "", 0);
 	schema->text = pstrdup(text);
+	MemoryContextDelete(tmp);
 	return schema;
 }
 
@@ -459,6 +480,7 @@ typedef struct AvroReader
 	const uint8 *end;
 	const uint8 *start;
 	char	   *error;			/* why the body cannot be read, once it is known */
+	int64		empty_items;	/* items of no bytes the value may still have */
 } AvroReader;
 
 static bool
@@ -550,9 +572,12 @@ rd_block(AvroReader *r, int min_item, int64 *count)
 	}
 	if (min_item < 0)
 		return true;
-	if (min_item > 0 ? *count > (r->end - r->p) / min_item : *count > SDP_AVRO_MAX_EMPTY_ITEMS)
-		return rd_fail(r, psprintf("a block of %lld items where %d bytes are left",
-								   (long long) *count, (int) (r->end - r->p)));
+	if (min_item > 0 ? *count > (r->end - r->p) / min_item : *count > r->empty_items)
+		return rd_fail(r, min_item > 0
+					   ? psprintf("a block of %lld items where %d bytes are left", (long long) *count, (int) (r->end - r->p))
+					   : psprintf("more than %d items of no bytes in one value", SDP_AVRO_MAX_EMPTY_ITEMS));
+	if (min_item == 0)
+		r->empty_items -= *count;
 	return true;
 }
 
@@ -848,7 +873,7 @@ append_date(StringInfo buf, int32 days)
 				m,
 				d;
 
-	if ((int64) days + UNIX_EPOCH_JDATE < 0)
+	if ((int64) days + UNIX_EPOCH_JDATE < 0 || (int64) days > (int64) PG_INT32_MAX - UNIX_EPOCH_JDATE)
 		ereport(ERROR,
 				(errcode(ERRCODE_DATETIME_VALUE_OUT_OF_RANGE),
 				 errmsg("date %d days from 1970-01-01 is out of range", days)));
@@ -1049,6 +1074,17 @@ append_value(StringInfo buf, AvroReader *r, AvroType *t, bool json)
 				r->p += n;
 				if (t->logical == AL_DECIMAL)
 				{
+					/* the writer's bytes past its precision: sign-extension only */
+					while (n > decimal_max_bytes(t->precision) &&
+						   ((p[0] == 0x00 && (p[1] & 0x80) == 0) || (p[0] == 0xff && (p[1] & 0x80) != 0)))
+					{
+						p++;
+						n--;
+					}
+					if (n > decimal_max_bytes(t->precision))
+						ereport(ERROR,
+								(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
+								 errmsg("a decimal of %d bytes, more than its precision of %d digits takes", n, t->precision)));
 					append_decimal(buf, p, n, t->scale);
 					return JSON_TOKEN_NUMBER;
 				}
@@ -1105,6 +1141,8 @@ append_value(StringInfo buf, AvroReader *r, AvroType *t, bool json)
 						break;
 					for (int64 k = 0; k < count; k++)
 					{
+						if ((k & 0xffff) == 0xffff)
+							CHECK_FOR_INTERRUPTS();
 						if (!first)
 							appendStringInfoString(buf, ", ");
 						first = false;
@@ -1153,7 +1191,7 @@ epoch_timestamptz(int64 v, bool millis)
 static Datum
 span_datum(SdpInputColumn *col, AvroSpan *s, bool *isnull)
 {
-	AvroReader	r = {s->start, s->end, s->start, NULL};
+	AvroReader	r = {s->start, s->end, s->start, NULL, 0};
 	AvroType   *t = s->type;
 	StringInfoData buf;
 	JsonTokenType tok;
@@ -1283,6 +1321,12 @@ sdp_avro_frame(const void *bytes, size_t len, int32 *schema_id, char **error)
 		*error = psprintf("not in the Confluent wire format: %zu bytes, fewer than the 5 of its header", len);
 		return false;
 	}
+	if (p[1] & 0x80)
+	{
+		*error = psprintf("schema id %u is out of the registry's range (a signed 32-bit id)",
+						  (uint32) p[1] << 24 | (uint32) p[2] << 16 | (uint32) p[3] << 8 | p[4]);
+		return false;
+	}
 	*schema_id = (int32) ((uint32) p[1] << 24 | (uint32) p[2] << 16 | (uint32) p[3] << 8 | p[4]);
 	return true;
 }
@@ -1316,6 +1360,7 @@ sdp_avro_decode_message(SdpInputSchema *schema, SdpAvroSchema *writer, int32 sch
 	r.p = r.start;
 	r.end = (const uint8 *) payload + len;
 	r.error = NULL;
+	r.empty_items = SDP_AVRO_MAX_EMPTY_ITEMS;
 	if (!walk(&r, writer->root, schema->tree, 0, spans))
 		return avro_failure(error, sqlstate, r.error);
 	if (r.p != r.end)
@@ -1357,8 +1402,11 @@ sdp_avro_decode_message(SdpInputSchema *schema, SdpAvroSchema *writer, int32 sch
 	PG_CATCH();
 	{
 		ErrorData  *edata;
-		SdpInputColumn *col = &schema->columns[failed_column];
+		SdpInputColumn *col;
 
+		if (failed_column < 0)
+			PG_RE_THROW();
+		col = &schema->columns[failed_column];
 		MemoryContextSwitchTo(cxt);
 		edata = CopyErrorData();
 		FlushErrorState();
@@ -1386,6 +1434,7 @@ sdp_avro_value_text(SdpAvroSchema *writer, const void *bytes, size_t len, bool f
 	r.p = r.start;
 	r.end = (const uint8 *) bytes + len;
 	r.error = NULL;
+	r.empty_items = SDP_AVRO_MAX_EMPTY_ITEMS;
 	if (!walk(&r, writer->root, NULL, 0, NULL))
 	{
 		*error = r.error;

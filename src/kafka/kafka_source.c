@@ -908,6 +908,31 @@ kafka_source_refetch(KafkaSource *ks, int n, const int32 *partitions)
 	return error == NULL;
 }
 
+/*
+ * Seek each of the n partitions to the given offset (the next one its
+ * worker has not processed), asynchronously: its broker thread wakes and
+ * fetches it from there.  For a partition the fetcher left idle although
+ * the broker has messages beyond it (worker.c's stall check).  Returns
+ * whether the seek was accepted.  No network, no wait.
+ */
+bool
+kafka_source_seek(KafkaSource *ks, int n, const int32 *partitions, const int64 *offsets)
+{
+	rd_kafka_topic_partition_list_t *list = rd_kafka_topic_partition_list_new(n);
+	rd_kafka_error_t *error;
+
+	for (int i = 0; i < n; i++)
+		rd_kafka_topic_partition_list_add(list, ks->topic, partitions[i])->offset = offsets[i];
+	error = rd_kafka_seek_partitions(ks->rk, list, 0);
+	rd_kafka_topic_partition_list_destroy(list);
+	if (error != NULL)
+	{
+		rd_kafka_error_destroy(error);
+		return false;
+	}
+	return true;
+}
+
 /* Tell the group what PostgreSQL committed, for Kafka tools; fire and forget. */
 void
 kafka_source_commit_async(KafkaSource *ks, int n, const int32 *partitions, const int64 *offsets)

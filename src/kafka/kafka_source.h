@@ -36,6 +36,7 @@ extern int64 kafka_source_queued(KafkaSource *ks);
 extern bool kafka_source_queue_near_full(KafkaSource *ks, int64 queued, double msg_bytes);
 extern bool kafka_source_wake_fetcher(KafkaSource *ks, int n, const int32 *partitions);
 extern bool kafka_source_refetch(KafkaSource *ks, int n, const int32 *partitions);
+extern bool kafka_source_seek(KafkaSource *ks, int n, const int32 *partitions, const int64 *offsets);
 extern void kafka_source_commit_async(KafkaSource *ks, int n, const int32 *partitions,
 									  const int64 *offsets);
 extern bool kafka_source_take_error(KafkaSource *ks, char *buf, size_t len, bool *broker_down);

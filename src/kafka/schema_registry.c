@@ -26,7 +26,6 @@
 
 #include <curl/curl.h>
 
-#include "lib/stringinfo.h"
 #include "miscadmin.h"
 #include "utils/hsearch.h"
 #include "utils/memutils.h"
@@ -43,6 +42,7 @@ struct SdpRegistry
 	CURL	   *curl;
 	struct curl_slist *headers;
 	char	   *url;			/* without a trailing slash */
+	char	   *shown_url;		/* url without its credentials (user:password@), for messages */
 	char	   *user_info;		/* basic.auth.user.info (USER_INFO), or NULL */
 	char	   *ca_location;
 	char	   *ca_pem;
@@ -99,6 +99,20 @@ sdp_registry_create(const SdpSourceDef *source, MemoryContext parent)
 	len = (int) strlen(reg->url);
 	while (len > 0 && reg->url[len - 1] == '/')
 		reg->url[--len] = '\0';
+	reg->shown_url = MemoryContextStrdup(cxt, reg->url);
+	{
+		/* http://user:password@host/... -> http://host/... */
+		char	   *authority = strstr(reg->shown_url, "://");
+		char	   *at;
+
+		if (authority != NULL)
+		{
+			authority += 3;
+			at = memchr(authority, '@', strcspn(authority, "/?#"));
+			if (at != NULL)
+				memmove(authority, at + 1, strlen(at + 1) + 1);
+		}
+	}
 	if (cred_source == NULL || strcmp(cred_source, "USER_INFO") == 0)
 		reg->user_info = dup_option(cxt, source, "basic.auth.user.info");
 	reg->ca_location = dup_option(cxt, source, "schema.registry.ssl.ca.location");
@@ -148,10 +162,16 @@ sdp_registry_fetches(SdpRegistry *reg)
 	return reg->fetches;
 }
 
+/* The answer's body, in malloc'd memory: the callback runs inside libcurl, where no error may be raised. */
 typedef struct Answer
 {
-	StringInfoData body;
+	struct
+	{
+		char	   *data;		/* NUL-terminated */
+		size_t		len;
+	}			body;
 	bool		too_large;
+	bool		no_memory;
 } Answer;
 
 static size_t
@@ -159,21 +179,34 @@ on_data(char *data, size_t size, size_t nmemb, void *arg)
 {
 	Answer	   *a = arg;
 	size_t		n = size * nmemb;
+	char	   *grown;
 
 	if (a->body.len + n > SDP_REGISTRY_MAX_ANSWER)
 	{
 		a->too_large = true;
 		return 0;				/* libcurl stops the transfer */
 	}
-	appendBinaryStringInfo(&a->body, data, (int) n);
+	grown = realloc(a->body.data, a->body.len + n + 1);
+	if (grown == NULL)
+	{
+		a->no_memory = true;
+		return 0;
+	}
+	a->body.data = grown;
+	memcpy(a->body.data + a->body.len, data, n);
+	a->body.len += n;
+	a->body.data[a->body.len] = '\0';
 	return n;
 }
 
-/* libcurl's progress callback: a stop or cancel asked of the worker ends the transfer at once. */
+/*
+ * libcurl's progress callback: a stop or a cancel asked of the worker ends
+ * the transfer at once (other interrupts, barriers and the like, wait).
+ */
 static int
 on_progress(void *arg, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal, curl_off_t ulnow)
 {
-	return InterruptPending ? 1 : 0;
+	return (ProcDiePending || QueryCancelPending) ? 1 : 0;
 }
 
 static CURL *
@@ -270,8 +303,10 @@ sdp_registry_fetch(SdpRegistry *reg, int32 id, char **error)
 
 	h = registry_handle(reg);
 	url = psprintf("%s/schemas/ids/%d", reg->url, id);
-	initStringInfo(&a.body);
+	a.body.data = strdup("");
+	a.body.len = 0;
 	a.too_large = false;
+	a.no_memory = a.body.data == NULL;
 	errbuf[0] = '\0';
 	curl_easy_setopt(h, CURLOPT_URL, url);
 	curl_easy_setopt(h, CURLOPT_WRITEDATA, &a);
@@ -279,33 +314,47 @@ sdp_registry_fetch(SdpRegistry *reg, int32 id, char **error)
 	rc = curl_easy_perform(h);
 	curl_easy_setopt(h, CURLOPT_ERRORBUFFER, NULL);
 	curl_easy_setopt(h, CURLOPT_WRITEDATA, NULL);
+	if (rc != CURLE_OK || a.no_memory)
+		free(a.body.data);
 	CHECK_FOR_INTERRUPTS();
+	if (a.no_memory)
+		ereport(ERROR,
+				(errcode(ERRCODE_OUT_OF_MEMORY),
+				 errmsg("out of memory reading the schema registry's answer")));
 	if (rc != CURLE_OK)
 	{
-		*error = psprintf("schema registry %s: could not fetch schema %d: %s", reg->url, id,
+		*error = psprintf("schema registry %s: could not fetch schema %d: %s", reg->shown_url, id,
 						  a.too_large ? psprintf("its answer is larger than %d bytes", SDP_REGISTRY_MAX_ANSWER)
 						  : errbuf[0] ? errbuf : curl_easy_strerror(rc));
 		return false;
 	}
 	curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
-	if (status != 200 && status != 404)
+	/*
+	 * Only the registry's own "no such schema" (error code 40403) is the
+	 * message's fault; any other answer (a 404 of a wrong base path, a
+	 * proxy's, a 5xx) is the flow's, and the batch is tried again.
+	 */
+	found = (status == 200);
+	if (!found && !(status == 404 && strstr(a.body.data, "40403") != NULL))
 	{
-		*error = psprintf("schema registry %s: schema %d: HTTP %ld%s%s", reg->url, id, status,
+		*error = psprintf("schema registry %s: schema %d: HTTP %ld%s%s", reg->shown_url, id, status,
 						  a.body.len > 0 ? ": " : "", answer_excerpt(a.body.data));
+		free(a.body.data);
 		return false;
 	}
 	reg->fetches++;
-	s = hash_search(reg->schemas, &id, HASH_ENTER, &found);
-	s->found = (status == 200);
-	s->answer = MemoryContextStrdup(reg->cxt, status == 200 ? a.body.data : answer_excerpt(a.body.data));
+	s = hash_search(reg->schemas, &id, HASH_ENTER, NULL);
+	s->found = found;
+	s->answer = MemoryContextStrdup(reg->cxt, found ? a.body.data : answer_excerpt(a.body.data));
 	s->parsed = NULL;
 	s->parse_error = NULL;
-	pfree(a.body.data);
+	free(a.body.data);
 	return true;
 }
 
+/* The registry's URL as messages show it: without credentials. */
 const char *
 sdp_registry_url(SdpRegistry *reg)
 {
-	return reg->url;
+	return reg->shown_url;
 }

@@ -15,6 +15,7 @@
  */
 #include "worker/formats.h"
 
+#include "mb/pg_wchar.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
 #include "utils/memutils.h"
@@ -108,7 +109,13 @@ writer_schema(FlowWorker *w, int32 id, char **error)
 	cxt = AllocSetContextCreate(sdp_registry_context(w->registry), "sdp avro schema", ALLOCSET_SMALL_SIZES);
 	PG_TRY();
 	{
-		answer = DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum(s->answer)));
+		/* the registry answers in UTF-8: checked, and in the database's encoding */
+		if (pg_encoding_verifymbstr(PG_UTF8, s->answer, strlen(s->answer)) < (int) strlen(s->answer))
+			ereport(ERROR,
+					(errcode(ERRCODE_CHARACTER_NOT_IN_REPERTOIRE),
+					 errmsg("the schema registry's answer for schema id %d is not valid UTF-8", id)));
+		answer = DatumGetJsonbP(DirectFunctionCall1(jsonb_in,
+													CStringGetDatum(pg_any_to_server(s->answer, strlen(s->answer), PG_UTF8))));
 		key.type = jbvString;
 		key.val.string.val = "schemaType";
 		key.val.string.len = 10;
@@ -135,12 +142,19 @@ writer_schema(FlowWorker *w, int32 id, char **error)
 	{
 		ErrorData  *edata;
 
-		/* kept for the next messages of this id; this one is set aside by the error, raised again */
+		/*
+		 * A schema that is not one (a data error) is kept as such for the
+		 * next messages of this id; this one is set aside by the error,
+		 * raised again.  Any other error (out of memory, a cancel) is not
+		 * the schema's, and is only raised again.
+		 */
 		MemoryContextSwitchTo(oldcxt);
 		edata = CopyErrorData();
 		MemoryContextDelete(cxt);
-		s->parse_error = MemoryContextStrdup(sdp_registry_context(w->registry),
-											 psprintf("schema id %d: %s", id, edata->message));
+		if (ERRCODE_TO_CATEGORY(edata->sqlerrcode) == ERRCODE_DATA_EXCEPTION ||
+			edata->sqlerrcode == ERRCODE_PROGRAM_LIMIT_EXCEEDED)
+			s->parse_error = MemoryContextStrdup(sdp_registry_context(w->registry),
+												 psprintf("schema id %d: %s", id, edata->message));
 		PG_RE_THROW();
 	}
 	PG_END_TRY();

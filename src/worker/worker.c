@@ -61,6 +61,7 @@
 #define SDP_PARTITION_REFRESH_MS	30000
 /* A partition behind the broker whose offset has not moved this long, the queue empty, is fetched again. */
 #define SDP_STALL_CHECK_MS		5000
+#define SDP_STALL_QUERY_MS		30000
 /* How often it probes a broker it lost. */
 #define SDP_BROKER_PROBE_MS		2000
 /* An offset reset this soon after a deleted topic's return is the re-creation's. */
@@ -90,6 +91,7 @@ static struct
 	TimestampTz next_broker_probe;
 	int64		fetcher_wakes;	/* how often it woke the fetcher */
 	TimestampTz next_stall_check;	/* worker_refetch_stalled */
+	TimestampTz next_stall_query;	/* and its question to the broker */
 	int			nstall;			/* the partitions' committed offsets at the last check */
 	int64	   *stall_next;
 	bool		committed_once; /* a batch of this worker has committed */
@@ -713,7 +715,6 @@ worker_refetch_stalled(FlowWorker *w, TimestampTz now)
 		if (w->parts.next[i] == loop.stall_next[i] &&
 			kafka_source_cached_high_watermark(w->kafka, w->parts.ids[i]) > w->parts.next[i])
 			stalled[nstalled++] = w->parts.ids[i];
-	memcpy(loop.stall_next, w->parts.next, sizeof(int64) * w->parts.n);
 	if (nstalled > 0 && kafka_source_refetch(w->kafka, nstalled, stalled))
 	{
 		loop.fetcher_wakes++;
@@ -721,6 +722,45 @@ worker_refetch_stalled(FlowWorker *w, TimestampTz now)
 				(errmsg("sdp flow \"%s\": %d of its partitions had messages on the broker and none fetched for %d s; fetching them again from their positions",
 						w->args.name, nstalled, SDP_STALL_CHECK_MS / 1000)));
 	}
+	else if (nstalled == 0 && now >= loop.next_stall_query)
+	{
+		/*
+		 * The end offsets of the last fetch responses say nothing of a
+		 * partition the fetcher has not fetched since the worker started
+		 * (seen in CI, test 082 on PostgreSQL 18: after a restart mid-stream
+		 * one partition of a two-worker flow stayed 4,523 messages short,
+		 * its cached end no further than its position).  So every
+		 * SDP_STALL_QUERY_MS, the partitions that did not move are asked of
+		 * the broker; one with messages beyond the worker's next offset is
+		 * sought there.
+		 */
+		int64	   *offsets = palloc(sizeof(int64) * Max(w->parts.n, 1));
+
+		loop.next_stall_query = TimestampTzPlusMilliseconds(now, SDP_STALL_QUERY_MS);
+		for (int i = 0; i < w->parts.n; i++)
+		{
+			int64		lo,
+						hi;
+			char	   *error;
+
+			if (w->parts.next[i] != loop.stall_next[i] || w->parts.next[i] < 0)
+				continue;
+			if (kafka_source_query_watermarks(w->kafka, w->parts.ids[i], &lo, &hi, 1000, &error) &&
+				hi > w->parts.next[i])
+			{
+				ereport(LOG,
+						(errmsg("sdp flow \"%s\": partition %d has messages to offset %lld on the broker, none fetched past %lld for %d s; fetching it again from there",
+								w->args.name, w->parts.ids[i], (long long) hi, (long long) w->parts.next[i],
+								SDP_STALL_CHECK_MS / 1000)));
+				offsets[nstalled] = w->parts.next[i];
+				stalled[nstalled++] = w->parts.ids[i];
+			}
+		}
+		if (nstalled > 0 && kafka_source_seek(w->kafka, nstalled, stalled, offsets))
+			loop.fetcher_wakes++;
+		pfree(offsets);
+	}
+	memcpy(loop.stall_next, w->parts.next, sizeof(int64) * w->parts.n);
 	pfree(stalled);
 }
 

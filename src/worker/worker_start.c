@@ -178,6 +178,11 @@ load_declaration(FlowWorker *w)
 		kafka_properties_check_role(GetUserId(), psprintf("sink \"%s\"", w->sink_def.name),
 									w->sink_def.bootstrap_servers, w->sink_def.properties);
 	kafka_hosts_for_owner(GetUserId());
+	if (w->source.key_format == SDP_FORMAT_AVRO && w->opts.on_tombstone == SDP_TOMBSTONE_DELETE)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("option \"on_tombstone\": \"delete\" needs text keys, and the keys of source \"%s\" are Avro", w->source.name),
+				 errhint("Use \"skip\" or \"dead_letter\", or a source with key.format text.")));
 	if (w->source.registry_url != NULL && w->registry == NULL)
 		w->registry = sdp_registry_create(&w->source, w->flow_cxt);
 

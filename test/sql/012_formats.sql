@@ -49,6 +49,8 @@ SELECT pg_temp.refused(format('SELECT sdp_create_source(%L, %L, %L, %L)', 's', '
 -- a good one; its credentials are masked in sdp.source_list
 SELECT sdp_create_source('reg', '127.0.0.1:9', 't', '{"format": "avro", "key.format": "avro", "schema.registry.url": "http://127.0.0.1:9/", "basic.auth.user.info": "user:secret", "schema.registry.ssl.key.password": "pw"}');
 SELECT options FROM sdp.source_list WHERE name = 'reg';
+SELECT sdp_create_source('reg_url', '127.0.0.1:9', 't', '{"format": "avro", "schema.registry.url": "https://sdp:secret@registry.example:8081/apis/ccompat/v7"}');
+SELECT options->>'schema.registry.url' FROM sdp.source_list WHERE name = 'reg_url';
 
 -- defaults in an input schema: constants, taken for a field a message does not have
 CREATE TABLE d (a int, b text, c numeric, t timestamptz);
@@ -56,3 +58,5 @@ SELECT pg_temp.refused($$SELECT sdp_create_flow('fd', 'reg', 'd', 'a int DEFAULT
 SELECT sdp_drop_flow('fd');
 SELECT pg_temp.refused(format('SELECT sdp_create_flow(%L, %L, %L, %L)', 'fd', 'reg', 'd', s))
   FROM unnest(ARRAY['a int DEFAULT now()', 'a int DEFAULT ''x''', 'a int DEFAULT 1 DEFAULT 2', 'a int NOT NULL DEFAULT 1']) s;
+-- a path with a name longer than an identifier
+SELECT pg_temp.refused($$SELECT sdp_create_flow('fd', 'reg', 'd', 'a int FROM x.a_name_of_sixty_four_bytes_aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa')$$);

@@ -231,7 +231,7 @@ if ($new_version ge '0.7')
 	my ($ret, $out, $err) = $node->psql('postgres', "SELECT sdp_skip_outbox_row('events_flow', 1)");
 	like($err, qr/flow "events_flow" has no outbox row 1/, '0.7: sdp_skip_outbox_row refuses a row the outbox does not hold');
 	is(SdpTest::query($node, "SELECT count(*) FROM sdp.flows WHERE options ? 'search_path'"), '0',
-		'0.7: the flows declared before have no search_path of their own');
+		'0.7: the flows declared before have no search_path of their own') if $old_version lt '0.7';
 }
 if ($new_version ge '0.8')
 {
