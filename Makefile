@@ -12,7 +12,8 @@
 
 EXTENSION = sdp_ext
 MODULE_big = sdp_ext
-OBJS = $(patsubst %.c,%.o,$(wildcard src/*.c src/*/*.c src/*/*/*.c))
+OBJS = $(patsubst %.c,%.o,$(wildcard src/*.c src/*/*.c src/*/*/*.c)) \
+	$(patsubst %.cpp,%.o,$(wildcard src/*/*.cpp))
 DATA = $(wildcard sdp_ext--*.sql)
 
 REGRESS = $(patsubst test/sql/%.sql,%,$(sort $(wildcard test/sql/*.sql)))
@@ -39,7 +40,9 @@ RDKAFKA_CFLAGS = -isystem $(RDKAFKA_PREFIX)/include
 RDKAFKA_LIBS = -L$(RDKAFKA_PREFIX)/lib -Wl,-rpath,$(RDKAFKA_PREFIX)/lib
 PG_CPPFLAGS += $(RDKAFKA_CFLAGS)
 endif
-SHLIB_LINK += $(RDKAFKA_LIBS) -lrdkafka -lcurl -lm
+# Protobuf: libprotobuf (C++) reads schemas known only at run time (exec/protobuf_reflect.cpp)
+PG_CXXFLAGS += -std=c++17 -Isrc -fvisibility=hidden $(if $(filter true,$(CI)),-Werror)
+SHLIB_LINK += $(RDKAFKA_LIBS) -lrdkafka -lcurl -lprotobuf -lstdc++ -lm
 
 # Tools: plain programs beside the extension (embedded broker, event
 # generators, dashboard), built by "make tools" with libraries of their own.

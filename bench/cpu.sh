@@ -20,6 +20,8 @@
 #              windows; beside it COPY of the same events into a plain table
 #   plain      append, no transform: the declared fields into an unindexed
 #              table of them (decode and write alone)
+#   protobuf   plain's rows as Protobuf values, the same way (optional fields,
+#              a Timestamp; Confluent's ProtobufSerializer)
 #   avro       plain's rows as Avro values (written by Confluent's serializer,
 #              tools/avro_produce.py, their schema in Apicurio Registry:
 #              scripts/registry.sh), decoded and written the same way
@@ -79,9 +81,8 @@ use_build() {
   bench_start
   current=$1
 }
-median() { tr ' ' '\n' | grep -v '^$' | sort -n | awk '{v[NR]=$1} END {print (NR % 2) ? v[(NR+1)/2] : (v[NR/2] + v[NR/2+1]) / 2}'; }
 
-bench_broker pos:8 pay:8 pos_avro:8
+bench_broker pos:8 pay:8 pos_avro:8 pos_proto:8
 tools/flight_sim --bootstrap "$boot" --topic pos --aircraft "$n" --count "$n" --rate 0 --linger-ms "${CPU_LINGER_MS:-100}" --quiet > /dev/null
 tools/payment_sim --bootstrap "$boot" --topic pay --merchants 10000 --count "$n" --rate 0 --event-time step:1 --linger-ms "${CPU_LINGER_MS:-100}" --quiet > /dev/null
 
@@ -121,24 +122,6 @@ drain() {
   done
   echo "$(echo "$t1 - $t0" | bc -l) $t $(sql -c "SELECT batches FROM sdp.flow_status WHERE flow = '$flow'")"
 }
-# copy_cpu TABLE: COPY the table's rows back into it, emptied; prints us of CPU per 1,000 rows
-copy_cpu() {
-  local out c0 c1 rows
-  sql -c "COPY $1 TO '$dir/rows.csv' (FORMAT csv)"
-  rows=$(sql -c "SELECT count(*) FROM $1")
-  sql -c "TRUNCATE $1; CHECKPOINT"
-  out=$(sql <<SQL
-SELECT pg_backend_pid() AS bpid \gset
-\setenv BPID :bpid
-\! awk '{print \$14 + \$15}' /proc/\$BPID/stat
-COPY $1 FROM '$dir/rows.csv' (FORMAT csv);
-\! awk '{print \$14 + \$15}' /proc/\$BPID/stat
-SQL
-)
-  c0=$(echo "$out" | sed -n 1p); c1=$(echo "$out" | sed -n 2p)
-  echo "($c1 - $c0) * 1000000 / $ticks / $rows" | bc -l
-}
-
 declare -A cpu rate copy batch
 run_case() {  # label create-sql target copy-table: the flow named label drains the backlog, runs times
   local label=$1 create=$2 target=$3 copytable=$4 res secs t nb
@@ -174,9 +157,10 @@ run_case upsert "$(enrich upsert pos_upsert 'INCLUDING ALL' upsert 1)" pos_upser
 run_case plain "CREATE TABLE pos_plain ($pos_schema);
 SELECT sdp_create_flow('plain', source => 'pos', target => 'pos_plain', schema => '$pos_schema',
   options => '${CPU_FLOW_OPTIONS:-{\}}');" pos_plain pos_plain
-# avro: the rows of the plain case as Avro values (Confluent's serializer; the schema in a
-# registry, Apicurio's), decoded and written the same way: the format's cost beside JSON's
-if [ -z "${CPU_CASES:-}" ] || [[ " $CPU_CASES " == *" avro "* ]]; then
+# avro, protobuf: the rows of the plain case as Avro (Protobuf) values (Confluent's
+# serializers; the schema in a registry, Apicurio's), decoded and written the same way:
+# the format's cost beside JSON's
+if [ -z "${CPU_CASES:-}" ] || [[ " $CPU_CASES " == *" avro "* || " $CPU_CASES " == *" protobuf "* ]]; then
   sdp_as_root bash scripts/registry.sh fetch >/dev/null
   venv=$(sdp_as_root bash scripts/pyavro.sh)
   reg_url=$(bash scripts/registry.sh start "$dir/registry" --exit-with $$ | sed -n 's/^REGISTRY_URL=//p')
@@ -186,16 +170,21 @@ SELECT sdp_create_flow('pos_rows', source => 'pos', target => 'pos_rows', schema
 SQL
   drain pos_rows >/dev/null
   sql -c "SELECT sdp_drop_flow('pos_rows')" >/dev/null
-  sql -c "COPY (SELECT to_json(r) FROM pos_rows r) TO STDOUT" |
-    python3 bench/avro_rows.py "$boot" pos_avro "$reg_url" > "$dir/avro_spec.json"
-  "$venv/bin/python" tools/avro_produce.py --summary-only "$dir/avro_spec.json" > /dev/null
-  sql >/dev/null <<SQL
-SELECT sdp_create_source('pos_avro', '$boot', 'pos_avro',
-  '{"starting_offsets": "earliest", "format": "avro", "schema.registry.url": "$reg_url"}'::jsonb || '$source_options' || '${CPU_SOURCE_OPTIONS:-{\}}');
+  sql -c "COPY (SELECT to_json(r) FROM pos_rows r) TO STDOUT" > "$dir/rows.jsonl"
+  for fmt in avro protobuf; do
+    [ -z "${CPU_CASES:-}" ] || [[ " $CPU_CASES " == *" $fmt "* ]] || continue
+    topic=pos_avro; [ $fmt = protobuf ] && topic=pos_proto
+    python3 bench/avro_rows.py "$boot" $topic "$reg_url" $([ $fmt = protobuf ] && echo --protobuf) \
+      < "$dir/rows.jsonl" > "$dir/${fmt}_spec.json"
+    "$venv/bin/python" tools/avro_produce.py --summary-only "$dir/${fmt}_spec.json" > /dev/null
+    sql >/dev/null <<SQL
+SELECT sdp_create_source('$topic', '$boot', '$topic',
+  '{"starting_offsets": "earliest", "format": "$fmt", "schema.registry.url": "$reg_url"}'::jsonb || '$source_options' || '${CPU_SOURCE_OPTIONS:-{\}}');
 SQL
-  run_case avro "CREATE TABLE pos_avro_t ($pos_schema);
-SELECT sdp_create_flow('avro', source => 'pos_avro', target => 'pos_avro_t', schema => '$pos_schema',
-  options => '${CPU_FLOW_OPTIONS:-{\}}');" pos_avro_t pos_avro_t
+    run_case $fmt "CREATE TABLE ${topic}_t ($pos_schema);
+SELECT sdp_create_flow('$fmt', source => '$topic', target => '${topic}_t', schema => '$pos_schema',
+  options => '${CPU_FLOW_OPTIONS:-{\}}');" ${topic}_t ${topic}_t
+  done
 fi
 run_case workers2 "$(enrich workers2 pos_w2 'INCLUDING DEFAULTS' append 2)" pos_w2 pos_w2
 run_case workers4 "$(enrich workers4 pos_w4 'INCLUDING DEFAULTS' append 4)" pos_w4 pos_w4
@@ -225,14 +214,14 @@ fi
 echo "CPU time (user + system) per 1,000 events of the flow's workers, beside COPY's backend per 1,000 rows of the same rows"
 echo "($n events, 8 partitions, broker $broker_kind, medians of $runs runs; drain rate from the first message read to the last)"
 printf '  %-34s %12s %12s %8s %12s %12s\n' case "flow ms/1k" "COPY ms/1k" ratio "events/s" "events/batch"
-for c in append upsert plain avro window_agg workers2 workers4; do
+for c in append upsert plain avro protobuf window_agg workers2 workers4; do
   for bld in "${builds[@]}"; do
   [ -n "${cpu[$c.$bld]:-}" ] || continue
   f=$(echo "${cpu[$c.$bld]}" | median); k=$(echo "${copy[$c]}" | median); r=$(echo "${rate[$c.$bld]}" | median); eb=$(echo "${batch[$c.$bld]}" | median)
   case $c in
     append) l="append, unindexed, 1 worker";; upsert) l="upsert, primary key, 1 worker";;
     plain) l="append, no transform, 1 worker";;
-    avro) l="the same, Avro values";;
+    avro) l="the same, Avro values";; protobuf) l="the same, Protobuf values";;
     window_agg) l="window_agg, 5 aggregations";; workers2) l="append, unindexed, 2 workers";; workers4) l="append, unindexed, 4 workers";;
   esac
   [ -n "${CPU_AB:-}" ] && l="$bld: $l"

@@ -114,7 +114,6 @@ c0=$(echo "$copy_ticks" | sed -n 1p); c1=$(echo "$copy_ticks" | sed -n 2p)
 copy_us=$(echo "($c1 - $c0) * 1000000 / $ticks / $rows" | bc -l)
 stop_pg
 
-median() { tr ' ' '\n' | grep -v '^$' | sort -n | awk '{v[NR]=$1} END {print (NR % 2) ? v[(NR+1)/2] : (v[NR/2] + v[NR/2+1]) / 2}'; }
 ma=$(echo "${us[A]}" | median); mb=$(echo "${us[B]}" | median)
 echo
 printf 'A %s\nB %s\n' "$a" "$b"

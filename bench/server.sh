@@ -25,6 +25,11 @@
 #       on Apache Kafka {}, the extension's default of 100 ms) and
 #       floor_options (the same for tools/kafka_floor, as -X arguments); the
 #       exit stops it.
+#   median                     the median of the numbers on stdin (nan: none)
+#   copy_cpu TABLE             COPY the table's rows back into it, emptied
+#                              (server-side, from a CSV file): prints the
+#                              COPY backend's CPU in us per 1,000 rows
+#                              ($ticks: getconf CLK_TCK)
 #   wait_running PATTERN [N]   until N flows (default 1) whose names are LIKE
 #                              PATTERN run with their partitions assigned
 #   wait_relay NAME            until the sink flow NAME's relay has read its
@@ -123,3 +128,30 @@ SELECT sdp_load_aggregations('$1', \$\$[
    "window_size": "$4", "allowance": "200 ms"}]\$\$);
 SQL
 }
+
+# copy_cpu TABLE [wall]: COPY the table's rows back into it, emptied; prints
+# us of CPU per row (ms per 1,000 rows), and with "wall" the COPY's seconds too
+copy_cpu() {
+  local out c0 c1 rows w0 w1
+  sql -c "COPY $1 TO '$dir/rows.csv' (FORMAT csv)"
+  rows=$(sql -c "SELECT count(*) FROM $1")
+  sql -c "TRUNCATE $1; CHECKPOINT"
+  out=$(sql <<SQL
+SELECT pg_backend_pid() AS bpid \gset
+\setenv BPID :bpid
+\! awk '{print \$14 + \$15}' /proc/\$BPID/stat; date +%s.%N
+COPY $1 FROM '$dir/rows.csv' (FORMAT csv);
+\! awk '{print \$14 + \$15}' /proc/\$BPID/stat; date +%s.%N
+SQL
+)
+  c0=$(echo "$out" | sed -n 1p); w0=$(echo "$out" | sed -n 2p)
+  c1=$(echo "$out" | sed -n 3p); w1=$(echo "$out" | sed -n 4p)
+  if [ "${2:-}" = wall ]; then
+    echo "$(echo "($c1 - $c0) * 1000000 / $ticks / $rows" | bc -l) $(echo "$w1 - $w0" | bc -l)"
+  else
+    echo "($c1 - $c0) * 1000000 / $ticks / $rows" | bc -l
+  fi
+}
+
+# median: of the numbers on stdin (spaces or lines)
+median() { tr ' ' '\n' | grep -v '^$' | sort -n | awk '{v[NR]=$1} END {if (NR == 0) print "nan"; else print (NR % 2) ? v[(NR+1)/2] : (v[NR/2] + v[NR/2+1]) / 2}'; }

@@ -95,7 +95,6 @@ echo "librdkafka: $(ldd "$($SDP_PG_BIN/pg_config --pkglibdir)/sdp_ext.so" | awk 
 bench_server sink 'track_commit_timestamp = on'
 [ -n "${SINK_LOG:-}" ] && bench_on_exit='cp "$dir/postgres.log" "$SINK_LOG"'
 bench_start
-median() { tr ' ' '\n' | grep -v '^$' | sort -n | awk '{v[NR]=$1} END {if (NR == 0) print "nan"; else print (NR % 2) ? v[(NR+1)/2] : (v[NR/2] + v[NR/2+1]) / 2}'; }
 now() { date +%s.%N; }
 cputicks() { awk '{sub(/^.*\) /, ""); print $12 + $13}' "/proc/$1/stat"; }  # utime + stime of PID (all threads)
 # the machine's busy and stolen ticks, summed over its cores: "BUSY STEAL"

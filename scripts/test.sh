@@ -187,6 +187,10 @@ for s in $servers; do
       if ! sdp_as_root bash scripts/kafka.sh fetch >/dev/null; then
         summary+=("kafka: Apache Kafka could not be fetched")
         total_fail=$((total_fail + 1))
+      elif ! sdp_as_root bash scripts/connect.sh fetch >/dev/null; then
+        # test/t/055_debezium_connect.pl: Kafka Connect and Debezium's PostgreSQL connector
+        summary+=("kafka: Kafka Connect and Debezium could not be fetched")
+        total_fail=$((total_fail + 1))
       elif ! rdkafka=$(bash scripts/librdkafka.sh); then
         summary+=("kafka: librdkafka could not be built")
         total_fail=$((total_fail + 1))

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""tools/avro_produce.py: produce Avro records as a Confluent client does, for the tests.
+"""tools/avro_produce.py: produce Avro or Protobuf records as a Confluent client does, for the tests.
 
 Confluent's own Python client (confluent-kafka) and its AvroSerializer
 register the schemas in the schema registry (auto-registration) and frame
@@ -22,6 +22,19 @@ The spec (JSON):
       "value_schema": {...} or "...",           Avro schema (JSON, its text, or a primitive
                                                 type's name: "string")
       "key_schema": {...},                      optional; without it keys are strings
+      "protobuf": {                             instead of value_schema/key_schema: Protobuf
+        "files": {"orders.proto": "syntax = ...", ...},   the .proto files (imports of
+                                                Protobuf's well-known types need not be given)
+        "file": "orders.proto",                 the one whose messages are sent
+        "value_message": "shop.Order",          the value's message type (full name)
+        "key_message": "shop.Key",              optional: the key's
+        "register_as": "descriptor"             what is registered: "descriptor" (the default,
+                                                as ProtobufSerializer registers: the file's
+                                                serialized FileDescriptorProto in base64, its
+                                                imports as references) or "text" (the .proto
+                                                texts, as Java's serializer registers them,
+                                                imports under their file names)
+      },
       "subject_name_strategy": "topic",         topic (default: TOPIC-value, TOPIC-key),
                                                 record (the record's full name) or
                                                 topic_record (TOPIC-full name)
@@ -50,6 +63,11 @@ A RECORD:
         {"truncate": 3}               that many bytes cut from the end (a truncated body)
         {"append_hex": "ff"}          bytes added at the end (trailing garbage)
     "repeat": N                       the same record N times
+
+Protobuf values are the JSON mapping of the message (json_format.ParseDict:
+int64 as strings or numbers, enums by name, bytes in base64, Timestamp as
+RFC 3339); "corrupt" applies as for Avro.  The message classes are made from
+the descriptor set that Debian's protoc writes for "files".
 
 Values follow the schema as plain JSON (records as objects, arrays, maps,
 unions by the value's type), with these tagged objects for what JSON does not
@@ -86,8 +104,11 @@ import base64
 import datetime
 import decimal
 import json
+import os
 import struct
+import subprocess
 import sys
+import tempfile
 import uuid
 
 try:
@@ -95,6 +116,7 @@ try:
     from confluent_kafka.schema_registry import SchemaRegistryClient
     from confluent_kafka.schema_registry.avro import AvroSerializer
     from confluent_kafka.serialization import MessageField, SerializationContext
+    from google.protobuf import json_format
 except ImportError as e:
     sys.exit(f"avro_produce: {e}: run it with the venv of scripts/pyavro.sh "
              "($(bash scripts/pyavro.sh)/bin/python tools/avro_produce.py)")
@@ -217,6 +239,82 @@ def make_serializer(client, schema, spec, field, topic):
         fail(f"{'key' if field == MessageField.KEY else 'value'}_schema: {type(e).__name__}: {e}")
 
 
+def protobuf_classes(pspec):
+    """The message classes of pspec["files"], compiled by Debian's protoc into a descriptor set."""
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+    with tempfile.TemporaryDirectory() as d:
+        for name, text in pspec["files"].items():
+            path = os.path.join(d, name)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "w") as f:
+                f.write(text)
+        out = os.path.join(d, "set.pb")
+        cmd = ["protoc", "--include_imports", f"--descriptor_set_out={out}", f"--proto_path={d}"]
+        if os.path.isdir("/usr/include/google/protobuf"):
+            cmd.append("--proto_path=/usr/include")
+        r = subprocess.run(cmd + [pspec["file"]], capture_output=True, text=True)
+        if r.returncode != 0:
+            fail(f"protoc: {r.stderr.strip()}")
+        fds = descriptor_pb2.FileDescriptorSet()
+        with open(out, "rb") as f:
+            fds.ParseFromString(f.read())
+    pool = descriptor_pool.DescriptorPool()
+    for fdp in fds.file:
+        pool.Add(fdp)
+    return lambda full_name: message_factory.GetMessageClass(pool.FindMessageTypeByName(full_name))
+
+
+def protobuf_serializer(client, pspec, cls, spec, field, topic):
+    """ProtobufSerializer for cls; with register_as text, the .proto texts registered first."""
+    from confluent_kafka.schema_registry import Schema, SchemaReference
+    from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
+
+    conf = {
+        "auto.register.schemas": spec.get("auto_register", True),
+        "use.deprecated.format": False,
+    }
+    subject = spec.get("key_subject" if field == MessageField.KEY else "value_subject")
+    if subject is not None:
+        conf["subject.name.strategy"] = lambda ctx, record_name: subject
+    if pspec.get("register_as", "descriptor") == "text":
+        # as Java's KafkaProtobufSerializer: the .proto texts registered, the
+        # imports under their file names; the message framed here (the Python
+        # serializer reads a registered schema back only as a descriptor)
+        registered = {}
+
+        def register(name, subj):
+            if subj not in registered:
+                fd = cls.DESCRIPTOR.file.pool.FindFileByName(name)
+                refs = [SchemaReference(dep.name, dep.name, register(dep.name, dep.name)[1])
+                        for dep in fd.dependencies if not dep.name.startswith("google/protobuf/")]
+                sid = client.register_schema(subj, Schema(pspec["files"][name], "PROTOBUF", refs))
+                registered[subj] = (sid, client.lookup_schema(subj, Schema(pspec["files"][name], "PROTOBUF", refs)).version)
+            return registered[subj]
+
+        sid, _ = register(pspec["file"], subject or f"{topic}-{'key' if field == MessageField.KEY else 'value'}")
+        path = []
+        d = cls.DESCRIPTOR
+        while d.containing_type is not None:
+            path.insert(0, list(d.containing_type.nested_types).index(d))
+            d = d.containing_type
+        path.insert(0, list(d.file.message_types_by_name.values()).index(d))
+        zigzag = lambda n: (n << 1) ^ (n >> 63)
+
+        def varint(n):
+            out = bytearray()
+            while True:
+                b = n & 0x7F
+                n >>= 7
+                out.append(b | (0x80 if n else 0))
+                if not n:
+                    return bytes(out)
+
+        indexes = b"\x00" if path == [0] else varint(zigzag(len(path))) + b"".join(varint(zigzag(i)) for i in path)
+        return lambda message, ctx: b"\x00" + struct.pack(">I", sid) + indexes + message.SerializeToString()
+    return ProtobufSerializer(cls, client, conf=conf)
+
+
 def subject_of(serializer, topic, field):
     """The subject that the serializer registers under (by its own strategy)."""
     ctx = SerializationContext(topic, field)
@@ -238,8 +336,10 @@ def main():
             fail(f"the spec has no {k}")
     topic = spec["topic"]
 
-    needs_registry = "value_schema" in spec or "key_schema" in spec
+    needs_registry = "value_schema" in spec or "key_schema" in spec or "protobuf" in spec
+    pspec = spec.get("protobuf")
     value_ser = key_ser = None
+    value_cls = key_cls = None
     if needs_registry:
         if "registry" not in spec:
             fail("a schema needs a registry")
@@ -249,6 +349,13 @@ def main():
         if spec.get("registry_ca"):
             rconf["ssl.ca.location"] = spec["registry_ca"]
         client = SchemaRegistryClient(rconf)
+        if pspec is not None:
+            classes = protobuf_classes(pspec)
+            value_cls = classes(pspec["value_message"])
+            value_ser = protobuf_serializer(client, pspec, value_cls, spec, MessageField.VALUE, topic)
+            if pspec.get("key_message"):
+                key_cls = classes(pspec["key_message"])
+                key_ser = protobuf_serializer(client, pspec, key_cls, spec, MessageField.KEY, topic)
         if "value_schema" in spec:
             value_ser = make_serializer(client, spec["value_schema"], spec, MessageField.VALUE, topic)
         if "key_schema" in spec:
@@ -264,7 +371,10 @@ def main():
         try:
             key = raw_bytes(rec, "key_")
             if key is None and rec.get("key") is not None:
-                if key_ser is not None:
+                if key_cls is not None:
+                    key = key_ser(json_format.ParseDict(rec["key"], key_cls()), kctx)
+                    schema_ids[f"{topic}-key"] = schema_id_of(key)
+                elif key_ser is not None:
                     key = key_ser(convert(rec["key"]), kctx)
                     schema_ids[subject_of(key_ser, topic, MessageField.KEY)] = schema_id_of(key)
                 elif isinstance(rec["key"], str):
@@ -275,8 +385,12 @@ def main():
             if value is None and rec.get("value") is not None:
                 if value_ser is None:
                     raise ValueError("a value needs a value_schema (or raw_b64 / raw_hex)")
-                value = value_ser(convert(rec["value"]), vctx)
-                schema_ids[subject_of(value_ser, topic, MessageField.VALUE)] = schema_id_of(value)
+                if value_cls is not None:
+                    value = value_ser(json_format.ParseDict(rec["value"], value_cls()), vctx)
+                    schema_ids[f"{topic}-value"] = schema_id_of(value)
+                else:
+                    value = value_ser(convert(rec["value"]), vctx)
+                    schema_ids[subject_of(value_ser, topic, MessageField.VALUE)] = schema_id_of(value)
             if "corrupt" in rec:
                 value = corrupt(value, rec["corrupt"])
         except Exception as e:  # fastavro's and the registry's errors have many types

@@ -12,6 +12,7 @@
  * writes) never runs inside a scope.
  */
 #include "decl/catalog.h"
+#include "decl/flow_options.h"
 
 #include "catalog/namespace.h"
 #include "executor/spi.h"
@@ -23,6 +24,7 @@
 #include "catalog/pg_authid.h"
 #include "commands/dbcommands.h"
 #include "miscadmin.h"
+#include "utils/builtins.h"
 #include "utils/guc.h"
 
 const char *sdp_worker_flow_name = NULL;
@@ -75,6 +77,28 @@ sdp_catalog_execute(const char *sql, int nargs, Oid *argtypes, Datum *values, co
 	if (rc < 0)
 		elog(ERROR, "catalog statement failed: %s", SPI_result_code_string(rc));
 	return rc;
+}
+
+/*
+ * The options of sink sink->name (its format and registry), read from
+ * sdp.sinks into *sink: what a declaration checks a sink flow against.
+ * SPI is connected.  Nothing is read for a sink that is not there (the
+ * caller has said so).
+ */
+void
+sdp_catalog_sink_options(SdpSinkDef *sink)
+{
+	Oid			argtypes[1] = {TEXTOID};
+	Datum		values[1];
+	bool		isnull;
+	Datum		options;
+
+	values[0] = CStringGetTextDatum(sink->name);
+	sdp_catalog_execute("SELECT options FROM sdp.sinks WHERE name = $1", 1, argtypes, values, NULL, true);
+	if (SPI_processed != 1)
+		return;
+	options = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	sdp_parse_sink_options(isnull ? NULL : DatumGetJsonbPCopy(options), sink);
 }
 
 /*

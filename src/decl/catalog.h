@@ -7,6 +7,7 @@
 #define SDP_CATALOG_H
 
 #include "sdp.h"
+#include "decl/flow.h"
 
 /* What sdp_catalog_enter changed, for sdp_catalog_leave to put back. */
 typedef struct SdpCatalogScope
@@ -27,6 +28,7 @@ extern void sdp_catalog_leave(SdpCatalogScope *scope);
 extern int	sdp_catalog_execute(const char *sql, int nargs, Oid *argtypes, Datum *values,
 								const char *nulls, bool read_only);
 extern void sdp_require_flow_database(void);
+extern void sdp_catalog_sink_options(SdpSinkDef *sink);
 extern void sdp_delete_flows(const char *condition, Oid argtype, Datum arg);
 
 /* owners by OID (0.2), or by name on a 0.1 catalog: SQL that reads and writes either */

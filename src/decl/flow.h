@@ -36,6 +36,19 @@ typedef enum SdpOnTombstone
 	SDP_TOMBSTONE_DELETE		/* upsert: delete the target row whose primary key is the message key */
 } SdpOnTombstone;
 
+/* How a message's value carries the row (option envelope). */
+typedef enum SdpEnvelopeKind
+{
+	SDP_ENVELOPE_NONE,			/* the value is the row */
+	SDP_ENVELOPE_DEBEZIUM		/* a Debezium change event: op, before, after, source, ts_ms */
+} SdpEnvelopeKind;
+
+/* The input columns a Debezium flow has after its declared ones, in this order. */
+#define SDP_DEBEZIUM_OP			0
+#define SDP_DEBEZIUM_SOURCE		1
+#define SDP_DEBEZIUM_TS_MS		2
+#define SDP_DEBEZIUM_NCOLUMNS	3
+
 /* Options of a flow (sdp_create_flow's options), with their defaults applied. */
 typedef struct SdpFlowOptions
 {
@@ -43,6 +56,8 @@ typedef struct SdpFlowOptions
 	SdpWriteMode mode;
 	SdpOnError	on_error;
 	SdpOnTombstone on_tombstone;
+	bool		on_tombstone_given;
+	SdpEnvelopeKind envelope;
 	int			workers;		/* background workers, each consuming its share of the partitions */
 	int			nshare;			/* option partitions: how many; 0 = every partition of the topic */
 	int32	   *share;			/* ... the partition numbers, sorted */
@@ -66,7 +81,8 @@ typedef enum SdpFormat
 {
 	SDP_FORMAT_JSON,			/* values: a JSON object (the default) */
 	SDP_FORMAT_TEXT,			/* keys: text, as they are (the default) */
-	SDP_FORMAT_AVRO				/* Avro in Confluent's wire format, its schema in a registry */
+	SDP_FORMAT_AVRO,			/* Avro in Confluent's wire format, its schema in a registry */
+	SDP_FORMAT_PROTOBUF			/* Protobuf in Confluent's wire format, likewise (sources only) */
 } SdpFormat;
 
 typedef struct SdpSourceDef
@@ -90,7 +106,9 @@ typedef struct SdpSinkDef
 	char	   *name;
 	char	   *bootstrap_servers;
 	char	   *topic;
-	List	   *properties;		/* librdkafka producer key, value pairs: List of char* */
+	List	   *properties;		/* librdkafka producer key, value pairs: List of char*; and the registry's */
+	SdpFormat	format;			/* of the values: JSON, or Avro registered in the registry */
+	char	   *registry_url;	/* schema.registry.url, or NULL */
 } SdpSinkDef;
 
 /* How a JSON value becomes a datum of an input column. */

@@ -297,6 +297,7 @@ sdp_parse_flow_options(Jsonb *options, SdpFlowOptions *opts)
 		else if (strcmp(key, "on_tombstone") == 0)
 		{
 			val = jsonb_scalar_text(key, &v);
+			opts->on_tombstone_given = true;
 			if (strcmp(val, "dead_letter") == 0)
 				opts->on_tombstone = SDP_TOMBSTONE_DEAD_LETTER;
 			else if (strcmp(val, "skip") == 0)
@@ -308,6 +309,19 @@ sdp_parse_flow_options(Jsonb *options, SdpFlowOptions *opts)
 						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 						 errmsg("invalid value for option \"on_tombstone\": \"%s\"", val),
 						 errhint("Valid values are \"dead_letter\", \"skip\" and \"delete\".")));
+		}
+		else if (strcmp(key, "envelope") == 0)
+		{
+			val = jsonb_scalar_text(key, &v);
+			if (strcmp(val, "none") == 0)
+				opts->envelope = SDP_ENVELOPE_NONE;
+			else if (strcmp(val, "debezium") == 0)
+				opts->envelope = SDP_ENVELOPE_DEBEZIUM;
+			else
+				ereport(ERROR,
+						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						 errmsg("invalid value for option \"envelope\": \"%s\"", val),
+						 errhint("Valid values are \"none\" (the message is the row) and \"debezium\" (a Debezium change event).")));
 		}
 		else if (strcmp(key, "workers") == 0)
 			opts->workers = int_option(key, jsonb_scalar_text(key, &v), 1, SDP_MAX_WORKERS);
@@ -388,6 +402,9 @@ sdp_parse_flow_options(Jsonb *options, SdpFlowOptions *opts)
 	if (any_unknown)
 		opts->operator_options = JsonbValueToJsonb(pushJsonbValue(&state, WJB_END_OBJECT, NULL));
 	sdp_check_share_workers(opts->workers, opts->nshare);
+	/* Debezium follows each delete event by a tombstone, for compaction: the event deleted */
+	if (opts->envelope == SDP_ENVELOPE_DEBEZIUM && !opts->on_tombstone_given)
+		opts->on_tombstone = SDP_TOMBSTONE_SKIP;
 }
 
 /*
@@ -444,6 +461,8 @@ parse_format(const char *key, const char *val)
 
 	if (strcmp(val, "avro") == 0)
 		return SDP_FORMAT_AVRO;
+	if (strcmp(val, "protobuf") == 0)
+		return SDP_FORMAT_PROTOBUF;
 	if (!is_key && strcmp(val, "json") == 0)
 		return SDP_FORMAT_JSON;
 	if (is_key && strcmp(val, "text") == 0)
@@ -451,24 +470,25 @@ parse_format(const char *key, const char *val)
 	ereport(ERROR,
 			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 			 errmsg("invalid value for option \"%s\": \"%s\"", key, val),
-			 is_key ? errhint("Valid values are \"text\" (the key as it is, the default) and \"avro\" (Confluent's wire format, with schema.registry.url).")
-			 : errhint("Valid values are \"json\" (the default) and \"avro\" (Confluent's wire format, with schema.registry.url).")));
+			 is_key ? errhint("Valid values are \"text\" (the key as it is, the default), \"avro\" and \"protobuf\" (Confluent's wire format, with schema.registry.url).")
+			 : errhint("Valid values are \"json\" (the default), \"avro\" and \"protobuf\" (Confluent's wire format, with schema.registry.url).")));
 	return SDP_FORMAT_JSON;		/* keep compiler quiet */
 }
 
 /* The registry's options hang together: a URL for Avro, credentials as Confluent's clients take them. */
 static void
-check_format_options(SdpSourceDef *source)
+check_format_options(List *properties, const char *registry_url, SdpFormat format, SdpFormat key_format,
+					 const char *what)
 {
 	const char *other = NULL;
 	const char *cred_source = NULL;
 	const char *user_info = NULL;
 	ListCell   *lc;
 
-	for (lc = list_head(source->properties); lc != NULL; lc = lnext(source->properties, lnext(source->properties, lc)))
+	for (lc = list_head(properties); lc != NULL; lc = lnext(properties, lnext(properties, lc)))
 	{
 		const char *key = lfirst(lc);
-		const char *val = lfirst(lnext(source->properties, lc));
+		const char *val = lfirst(lnext(properties, lc));
 
 		if (strcmp(key, "basic.auth.credentials.source") == 0)
 			cred_source = val;
@@ -484,26 +504,29 @@ check_format_options(SdpSourceDef *source)
 			strcmp(key, "schema.registry.url") != 0 && other == NULL)
 			other = key;
 	}
-	if (source->registry_url == NULL)
+	if (registry_url == NULL)
 	{
 		if (other != NULL)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("option \"%s\" is for a schema registry, and the source has none", other),
+					 errmsg("option \"%s\" is for a schema registry, and the %s has none", other, what),
 					 errhint("Give the registry's URL in \"schema.registry.url\".")));
-		if (source->format == SDP_FORMAT_AVRO || source->key_format == SDP_FORMAT_AVRO)
+		if (format == SDP_FORMAT_AVRO || key_format == SDP_FORMAT_AVRO ||
+			format == SDP_FORMAT_PROTOBUF || key_format == SDP_FORMAT_PROTOBUF)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("Avro %s need a schema registry", source->format == SDP_FORMAT_AVRO ? "values" : "keys"),
+					 errmsg("%s %s need a schema registry",
+							(format == SDP_FORMAT_AVRO || key_format == SDP_FORMAT_AVRO) ? "Avro" : "Protobuf",
+							(format == SDP_FORMAT_AVRO || format == SDP_FORMAT_PROTOBUF) ? "values" : "keys"),
 					 errdetail("A message in Confluent's wire format carries the id of its schema in the registry, not the schema."),
 					 errhint("Give the registry's URL in \"schema.registry.url\", e.g. \"http://registry:8081\".")));
 		return;
 	}
-	if (pg_strncasecmp(source->registry_url, "http://", 7) != 0 &&
-		pg_strncasecmp(source->registry_url, "https://", 8) != 0)
+	if (pg_strncasecmp(registry_url, "http://", 7) != 0 &&
+		pg_strncasecmp(registry_url, "https://", 8) != 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("invalid value for option \"schema.registry.url\": \"%s\"", source->registry_url),
+				 errmsg("invalid value for option \"schema.registry.url\": \"%s\"", registry_url),
 				 errhint("The registry's URL is http:// or https://, e.g. \"http://registry:8081\" (one URL).")));
 	if (cred_source != NULL && strcmp(cred_source, "USER_INFO") != 0 && strcmp(cred_source, "URL") != 0)
 		ereport(ERROR,
@@ -580,11 +603,12 @@ sdp_parse_source_options(Jsonb *options, SdpSourceDef *source)
 			source->properties = lappend(lappend(source->properties, key), val);
 		}
 	}
-	check_format_options(source);
+	check_format_options(source->properties, source->registry_url, source->format, source->key_format, "source");
 }
 
 /*
- * Parse a sink's options: librdkafka producer properties, passed through as
+ * Parse a sink's options: the format of its values and the schema
+ * registry's options, and librdkafka producer properties passed through as
  * strings (checked by kafka_relay_validate_properties).
  */
 void
@@ -595,6 +619,8 @@ sdp_parse_sink_options(Jsonb *options, SdpSinkDef *sink)
 	JsonbIteratorToken tok;
 
 	sink->properties = NIL;
+	sink->format = SDP_FORMAT_JSON;
+	sink->registry_url = NULL;
 	if (options == NULL)
 		return;
 	if (!JB_ROOT_IS_OBJECT(options))
@@ -606,13 +632,33 @@ sdp_parse_sink_options(Jsonb *options, SdpSinkDef *sink)
 	while ((tok = JsonbIteratorNext(&it, &v, true)) != WJB_DONE)
 	{
 		char	   *key;
+		char	   *val;
 
 		if (tok != WJB_KEY)
 			continue;
 		key = pnstrdup(v.val.string.val, v.val.string.len);
 		tok = JsonbIteratorNext(&it, &v, true);
-		sink->properties = lappend(lappend(sink->properties, key), jsonb_scalar_text(key, &v));
+		val = jsonb_scalar_text(key, &v);
+		if (strcmp(key, "format") == 0)
+		{
+			sink->format = parse_format(key, val);
+			if (sink->format == SDP_FORMAT_PROTOBUF)
+				ereport(ERROR,
+						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+						 errmsg("a sink cannot write Protobuf"),
+						 errdetail("Sources read Protobuf; a sink writes JSON or Avro."),
+						 errhint("Use \"format\": \"avro\" (with schema.registry.url) or \"json\".")));
+		}
+		else if (strcmp(key, "key.format") == 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+					 errmsg("option \"key.format\" is for sources: a sink's keys are text"),
+					 errhint("A sink flow's message key is the text of its sink_key column.")));
+		else if (strcmp(key, "schema.registry.url") == 0)
+			sink->registry_url = val;
+		sink->properties = lappend(lappend(sink->properties, key), val);
 	}
+	check_format_options(sink->properties, sink->registry_url, sink->format, SDP_FORMAT_TEXT, "sink");
 }
 
 /*

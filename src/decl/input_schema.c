@@ -462,6 +462,19 @@ decode_kind_for(const char *colname, Oid typid, int32 typmod)
 	return SDP_DECODE_INPUT_FUNCTION;
 }
 
+/* The metadata columns after the declared ones, the paths' tree and the decoder's hints. */
+static void
+finish_schema(SdpInputSchema *schema)
+{
+	for (int m = 0; m < schema->nmeta; m++)
+		TupleDescInitEntry(schema->tupdesc, schema->ncolumns + m + 1,
+						   meta_names[m], meta_types[m], -1, 0);
+	build_json_tree(schema);
+	schema->field_hint = palloc(sizeof(int) * SDP_FIELD_HINTS);
+	for (int k = 0; k < SDP_FIELD_HINTS; k++)
+		schema->field_hint[k] = -1;
+}
+
 SdpInputSchema *
 sdp_parse_input_schema(const char *schema_text)
 {
@@ -562,12 +575,27 @@ sdp_parse_input_schema(const char *schema_text)
 		TupleDescInitEntry(schema->tupdesc, i + 1, col->name, col->typid, col->typmod, 0);
 		i++;
 	}
-	for (int m = 0; m < schema->nmeta; m++)
-		TupleDescInitEntry(schema->tupdesc, schema->ncolumns + m + 1,
-						   meta_names[m], meta_types[m], -1, 0);
-	build_json_tree(schema);
-	schema->field_hint = palloc(sizeof(int) * SDP_FIELD_HINTS);
-	for (int k = 0; k < SDP_FIELD_HINTS; k++)
-		schema->field_hint[k] = -1;
+	finish_schema(schema);
+	return schema;
+}
+
+/*
+ * A schema of columns made by the engine (ncolumns of them, copied): their
+ * names, types, paths and defaults as given, then nmeta metadata columns.
+ * The schemas of an envelope (decl/envelope.c).
+ */
+SdpInputSchema *
+sdp_input_schema_from_columns(const SdpInputColumn *columns, int ncolumns, int nmeta)
+{
+	SdpInputSchema *schema = palloc0(sizeof(SdpInputSchema));
+
+	schema->ncolumns = ncolumns;
+	schema->columns = palloc0(sizeof(SdpInputColumn) * Max(ncolumns, 1));
+	memcpy(schema->columns, columns, sizeof(SdpInputColumn) * ncolumns);
+	schema->nmeta = nmeta;
+	schema->tupdesc = CreateTemplateTupleDesc(ncolumns + schema->nmeta);
+	for (int i = 0; i < ncolumns; i++)
+		TupleDescInitEntry(schema->tupdesc, i + 1, columns[i].name, columns[i].typid, columns[i].typmod, 0);
+	finish_schema(schema);
 	return schema;
 }

@@ -1308,7 +1308,7 @@ sdp_avro_frame(const void *bytes, size_t len, int32 *schema_id, char **error)
 
 	if (bytes == NULL || len == 0)
 	{
-		*error = pstrdup("empty message (no Avro payload)");
+		*error = pstrdup("empty message (no payload in the Confluent wire format)");
 		return false;
 	}
 	if (p[0] != 0)

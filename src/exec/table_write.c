@@ -45,6 +45,7 @@
 #include "exec/table_write.h"
 #include "compat.h"
 #include "decl/flow_options.h"
+#include "decl/envelope.h"
 #include "decl/input_schema.h"
 
 #include "access/detoast.h"
@@ -119,7 +120,7 @@ typedef struct PlanTarget
 } PlanTarget;
 static SdpWritePath write_path_refusal(SdpTableWrite *s, Relation rel, FastWrite *fw);
 static void sink_prepare(SdpTableWrite *s, Oid target, SdpWriteMode mode, TupleDesc row_desc,
-						 bool skip_unmatched_meta, bool engine_rows);
+						 int skip_unmatched, bool engine_rows);
 static void fast_write_buffer(FastWrite *fw, TupleTableSlot *slot, Size len);
 static TupleTableSlot *fast_write_slot(FastWrite *fw);
 
@@ -153,15 +154,16 @@ sdp_target_primary_key(Relation rel, int *npk, AttrNumber **attnums)
 /*
  * Check the rows' columns against the target and prepare the write plan.
  * Every column of row_desc must be a column of the target, of a type
- * assignable to it; with skip_unmatched_meta (a flow without transform)
- * Kafka metadata columns the target lacks are left out instead.  Upsert
+ * assignable to it; with skip_unmatched (a flow without transform) the
+ * Kafka metadata columns (SDP_SKIP_META) and a Debezium flow's own
+ * (SDP_SKIP_DEBEZIUM) that the target lacks are left out instead.  Upsert
  * needs a primary key whose columns are all among the rows' columns.
  */
 void
 sdp_table_write_prepare(SdpTableWrite *s, Oid target, SdpWriteMode mode, TupleDesc row_desc,
-				 bool skip_unmatched_meta)
+				 int skip_unmatched)
 {
-	sink_prepare(s, target, mode, row_desc, skip_unmatched_meta, false);
+	sink_prepare(s, target, mode, row_desc, skip_unmatched, false);
 }
 
 /*
@@ -172,7 +174,7 @@ sdp_table_write_prepare(SdpTableWrite *s, Oid target, SdpWriteMode mode, TupleDe
 void
 sdp_table_write_prepare_outbox(SdpTableWrite *s, Oid outbox, TupleDesc row_desc)
 {
-	sink_prepare(s, outbox, SDP_MODE_APPEND, row_desc, false, true);
+	sink_prepare(s, outbox, SDP_MODE_APPEND, row_desc, 0, true);
 }
 
 /*
@@ -212,7 +214,8 @@ text_bytes(Datum d, bool isnull)
 static void
 check_message_size(SdpTableWrite *s, Datum key, bool keynull, Datum value, bool valuenull)
 {
-	Size		bytes = text_bytes(key, keynull) + text_bytes(value, valuenull);
+	/* an Avro sink's values are the message in hex: half as many bytes go out */
+	Size		bytes = text_bytes(key, keynull) + text_bytes(value, valuenull) / (s->value_hex ? 2 : 1);
 
 	if (bytes > (Size) s->max_payload)
 		ereport(ERROR,
@@ -239,7 +242,7 @@ check_message_sizes(SdpTableWrite *s, HeapTuple *rows, int n)
 
 static void
 sink_prepare(SdpTableWrite *s, Oid target, SdpWriteMode mode, TupleDesc row_desc,
-			 bool skip_unmatched_meta, bool engine_rows)
+			 int skip_unmatched, bool engine_rows)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	Relation	rel = relation_open(target, AccessShareLock);
@@ -276,7 +279,8 @@ sink_prepare(SdpTableWrite *s, Oid target, SdpWriteMode mode, TupleDesc row_desc
 
 		if (attnum == InvalidAttrNumber || attnum < 0)
 		{
-			if (skip_unmatched_meta && sdp_is_meta_column(name))
+			if (((skip_unmatched & SDP_SKIP_META) && sdp_is_meta_column(name)) ||
+				((skip_unmatched & SDP_SKIP_DEBEZIUM) && sdp_is_debezium_column(name)))
 				continue;
 			ereport(ERROR,
 					(errcode(ERRCODE_UNDEFINED_COLUMN),

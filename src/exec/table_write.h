@@ -30,6 +30,7 @@ typedef struct SdpTableWrite
 	/* sdp.outbox of a Kafka sink: the bound on a row's key and value (sdp_table_write_limit_messages) */
 	int			max_payload;	/* bytes of key + value; 0: no bound */
 	int			message_max_bytes;	/* the sink's, for the reason */
+	bool		value_hex;		/* the values are the messages in hex (an Avro sink) */
 	const char *kafka_sink_name;
 	int			row_key_att;	/* key and value in row_desc (1-based) */
 	int			row_value_att;
@@ -37,9 +38,13 @@ typedef struct SdpTableWrite
 	int			rel_value_att;
 } SdpTableWrite;
 
+/* sdp_table_write_prepare: the columns of a flow without transform that the target may lack */
+#define SDP_SKIP_META		1	/* the Kafka metadata columns */
+#define SDP_SKIP_DEBEZIUM	2	/* debezium_op, debezium_source, debezium_ts_ms */
+
 extern Oid	sdp_target_primary_key(Relation rel, int *npk, AttrNumber **attnums);
 extern void sdp_table_write_prepare(SdpTableWrite *s, Oid target, SdpWriteMode mode,
-									TupleDesc row_desc, bool skip_unmatched_meta);
+									TupleDesc row_desc, int skip_unmatched);
 extern void sdp_table_write_prepare_outbox(SdpTableWrite *s, Oid outbox, TupleDesc row_desc);
 extern void sdp_table_write_limit_messages(SdpTableWrite *s, const char *sink_name, int max_payload,
 										   int message_max_bytes);

@@ -2,10 +2,12 @@
  * tombstone_delete.c
  *		The DELETE of on_tombstone = delete: whether a flow may delete with
  *		tombstones (its declaration's refusals), and the plan that deletes
- *		the target rows whose primary key is a tombstone's key.
+ *		the target rows whose primary key is a tombstone's key.  And the
+ *		DELETE of a Debezium flow's delete events: the target rows whose
+ *		primary keys are those of the rows its transform gives for them.
  *
- * worker/tombstone.c runs it over a batch; sdp_create_flow and the
- * worker's start prepare it here.
+ * worker/tombstone.c and worker/debezium.c run them over a batch;
+ * sdp_create_flow and the worker's start prepare them here.
  */
 #include "exec/tombstone_delete.h"
 
@@ -22,11 +24,11 @@
 #include "utils/syscache.h"
 
 /*
- * The equality operator of the first column of index indexoid (a btree
+ * The equality operator of column k (from 0) of index indexoid (a btree
  * primary key) for a column of type coltype, as "schema.=", quoted.
  */
 static char *
-key_equality_operator(Oid indexoid, Oid coltype)
+key_equality_operator(Oid indexoid, int k, Oid coltype)
 {
 	HeapTuple	tup;
 	Oid			opclass;
@@ -44,7 +46,7 @@ key_equality_operator(Oid indexoid, Oid coltype)
 		elog(ERROR, "cache lookup failed for index %u", indexoid);
 	indclass = (oidvector *) DatumGetPointer(SysCacheGetAttr(INDEXRELID, tup, Anum_pg_index_indclass, &isnull));
 	Assert(!isnull);
-	opclass = indclass->values[0];
+	opclass = indclass->values[k];
 	ReleaseSysCache(tup);
 	opfamily = get_opclass_family(opclass);
 	opcintype = get_opclass_input_type(opclass);
@@ -83,7 +85,8 @@ sdp_tombstone_prepare(const SdpFlowOptions *opts, bool has_operator, Oid target,
 	Oid			coltype;
 	Oid			argtypes[1] = {TEXTARRAYOID};
 
-	if (opts->on_tombstone != SDP_TOMBSTONE_DELETE)
+	/* a Debezium flow's tombstones delete as its delete events do (sdp_debezium_prepare) */
+	if (opts->on_tombstone != SDP_TOMBSTONE_DELETE || opts->envelope == SDP_ENVELOPE_DEBEZIUM)
 		return;
 	if (has_operator)
 		ereport(ERROR,
@@ -127,9 +130,79 @@ sdp_tombstone_prepare(const SdpFlowOptions *opts, bool has_operator, Oid target,
 	 * schema can be chosen instead, whatever the search_path holds.
 	 */
 	*plan = SPI_prepare(psprintf("DELETE FROM %s WHERE %s OPERATOR(%s) ANY ($1::%s[])", relname, quote_identifier(col),
-								 key_equality_operator(pk, coltype), format_type_be_qualified(coltype)),
+								 key_equality_operator(pk, 0, coltype), format_type_be_qualified(coltype)),
 						1, argtypes);
 	if (*plan == NULL)
 		elog(ERROR, "could not prepare the tombstones' DELETE: %s", SPI_result_code_string(SPI_result));
+	SPI_keepplan(*plan);
+}
+
+/*
+ * At declaration and at worker start: whether a flow may apply Debezium's
+ * change events (its declaration's refusals), and the DELETE of its delete
+ * events (prepared and kept when plan is not NULL).  tw is the flow's
+ * prepared write: the rows the transform gives, upserted on the target's
+ * primary key.
+ */
+void
+sdp_debezium_prepare(const SdpFlowOptions *opts, const SdpTableWrite *tw, Oid owner, SPIPlanPtr *plan)
+{
+	Relation	rel;
+	AttrNumber *attnums;
+	int			npk;
+	Oid			pk;
+	StringInfoData sql;
+
+	if (opts->envelope != SDP_ENVELOPE_DEBEZIUM)
+		return;
+	rel = relation_open(tw->relid, AccessShareLock);
+	pk = sdp_target_primary_key(rel, &npk, &attnums);
+	if (!OidIsValid(pk))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("option \"envelope\": \"debezium\" needs a target with a primary key, and %s has none", tw->relname)));
+	if (tw->mode != SDP_MODE_UPSERT)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("option \"envelope\": \"debezium\" needs upsert mode"),
+				 errhint("A change event upserts or deletes the row of its primary key: give the target a primary key, and leave \"mode\" at upsert.")));
+	if (pg_class_aclcheck(tw->relid, owner, ACL_DELETE) != ACLCHECK_OK)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("permission denied for table %s", tw->relname),
+				 errdetail("A flow with \"envelope\": \"debezium\" needs DELETE on its target."),
+				 errhint("The flow writes with the privileges of its owner, role \"%s\": grant it, or declare the flow as a role that has it.",
+						 GetUserNameFromId(owner, false))));
+
+	/*
+	 * The rows the transform gives for the delete events, registered as
+	 * "sdp_deleted": the target's rows with their primary keys are
+	 * deleted, each column compared by its btree operator family's
+	 * equality named with its schema (as tombstones' are), the row's value
+	 * cast to the column's type without its typmod (a cast to varchar(n)
+	 * would cut a longer key, and delete another row).
+	 */
+	initStringInfo(&sql);
+	appendStringInfo(&sql, "DELETE FROM %s t USING %s d WHERE ", tw->relname, SDP_DELETED_RELATION);
+	for (int k = 0; k < npk; k++)
+	{
+		Form_pg_attribute att = TupleDescAttr(RelationGetDescr(rel), attnums[k] - 1);
+		Form_pg_attribute out = TupleDescAttr(tw->row_desc, tw->pk_index[k]);
+
+		appendStringInfo(&sql, "%st.%s OPERATOR(%s) CAST(d.%s AS %s)", k > 0 ? " AND " : "",
+						 quote_identifier(NameStr(att->attname)),
+						 key_equality_operator(pk, k, att->atttypid),
+						 quote_identifier(NameStr(out->attname)),
+						 format_type_extended(att->atttypid, -1,
+											  FORMAT_TYPE_TYPEMOD_GIVEN | FORMAT_TYPE_FORCE_QUALIFY));
+	}
+	relation_close(rel, AccessShareLock);
+	if (plan == NULL)
+		return;
+	sdp_register_rows(SDP_DELETED_RELATION, tw->row_desc, NULL, 0);
+	*plan = SPI_prepare(sql.data, 0, NULL);
+	if (*plan == NULL)
+		elog(ERROR, "could not prepare the delete events' DELETE: %s", SPI_result_code_string(SPI_result));
+	sdp_unregister_rows(SDP_DELETED_RELATION);
 	SPI_keepplan(*plan);
 }

@@ -21,6 +21,7 @@
 #include "nodes/nodeFuncs.h"
 #include "tcop/dest.h"
 #include "nodes/parsenodes.h"
+#include "nodes/params.h"
 #include "parser/parsetree.h"
 #include "utils/memutils.h"
 #include "utils/plancache.h"
@@ -104,23 +105,31 @@ locks_rows_walker(Node *node, void *context)
  * calls return in SPI's own context, so every SPI call here is followed by
  * a switch back).
  */
-static void transform_prepare(SdpTransform *t, SdpInputSchema *schema, const char *sql, bool generated);
+static void transform_prepare(SdpTransform *t, SdpInputSchema *schema, const char *sql, bool generated,
+							  int nparams, const Oid *paramtypes);
 
 void
 sdp_transform_prepare(SdpTransform *t, SdpInputSchema *schema, const char *sql)
 {
-	transform_prepare(t, schema, sql, false);
+	transform_prepare(t, schema, sql, false, 0, NULL);
 }
 
-/* The same for a transform an operator built: its SQL is not the user's, so errors do not quote it. */
+/*
+ * The same for a transform the engine built (an operator's, a sink flow's
+ * outbox rows): its SQL is not the user's, so errors do not quote it.  It
+ * may have parameters (at most one): their values are set in t->params
+ * before it runs.
+ */
 void
-sdp_transform_prepare_generated(SdpTransform *t, SdpInputSchema *schema, const char *sql)
+sdp_transform_prepare_generated(SdpTransform *t, SdpInputSchema *schema, const char *sql,
+								int nparams, const Oid *paramtypes)
 {
-	transform_prepare(t, schema, sql, true);
+	transform_prepare(t, schema, sql, true, nparams, paramtypes);
 }
 
 static void
-transform_prepare(SdpTransform *t, SdpInputSchema *schema, const char *sql, bool generated)
+transform_prepare(SdpTransform *t, SdpInputSchema *schema, const char *sql, bool generated,
+				  int nparams, const Oid *paramtypes)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	List	   *sources;
@@ -128,9 +137,16 @@ transform_prepare(SdpTransform *t, SdpInputSchema *schema, const char *sql, bool
 	ErrorContextCallback errcb;
 	TransformErrorContext ctx = {sql};
 
+	Assert(nparams <= lengthof(t->paramtypes));
 	t->input_desc = schema->tupdesc;
 	t->plan = NULL;
 	t->result_desc = schema->tupdesc;
+	t->nparams = nparams;
+	for (int i = 0; i < nparams; i++)
+	{
+		t->paramtypes[i] = paramtypes[i];
+		t->params[i] = (Datum) 0;
+	}
 	if (sql == NULL)
 		return;
 
@@ -141,7 +157,7 @@ transform_prepare(SdpTransform *t, SdpInputSchema *schema, const char *sql, bool
 		error_context_stack = &errcb;
 
 	sdp_register_rows(SDP_INPUT_RELATION, schema->tupdesc, NULL, 0);
-	t->plan = SPI_prepare(sql, 0, NULL);
+	t->plan = SPI_prepare(sql, nparams, (Oid *) paramtypes);
 	MemoryContextSwitchTo(cxt);		/* SPI calls return in SPI's own context */
 	if (t->plan == NULL)
 		elog(ERROR, "SPI_prepare failed for the transform: %s", SPI_result_code_string(SPI_result));
@@ -473,7 +489,7 @@ sdp_transform_run(SdpTransform *t, HeapTuple *rows, int n, HeapTuple **out)
 		return n;
 	}
 	sdp_register_rows(SDP_INPUT_RELATION, t->input_desc, rows, n);
-	rc = SPI_execute_plan(t->plan, NULL, NULL, true, 0);
+	rc = SPI_execute_plan(t->plan, t->nparams > 0 ? t->params : NULL, NULL, true, 0);
 	MemoryContextSwitchTo(cxt);
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "transform returned %s", SPI_result_code_string(rc));
@@ -499,6 +515,17 @@ sdp_transform_run_into(SdpTransform *t, HeapTuple *rows, int n, DestReceiver *de
 	memset(&options, 0, sizeof(options));
 	options.read_only = true;
 	options.dest = dest;
+	if (t->nparams > 0)
+	{
+		options.params = makeParamList(t->nparams);
+		for (int i = 0; i < t->nparams; i++)
+		{
+			options.params->params[i].value = t->params[i];
+			options.params->params[i].isnull = false;
+			options.params->params[i].pflags = PARAM_FLAG_CONST;
+			options.params->params[i].ptype = t->paramtypes[i];
+		}
+	}
 	sdp_register_rows(SDP_INPUT_RELATION, t->input_desc, rows, n);
 	rc = SPI_execute_plan_extended(t->plan, &options);
 	MemoryContextSwitchTo(cxt);

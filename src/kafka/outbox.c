@@ -8,8 +8,15 @@
  * value), the value a JSON object of the row's columns (sdp_outbox_sql); a
  * stateful flow's emitted rows are made outbox rows here too
  * (sdp_outbox_row), and committed with their state.  relay.c produces them.
+ *
+ * A sink whose format is avro has each value as the whole Avro message in
+ * Confluent's wire format (exec/avro_encode.c: sdp.row_avro, 0.9), with the
+ * id its schema got in the registry when the worker started, in hex (the
+ * column is text): rows written before a change of the flow keep the id of
+ * the schema they were written with.
  */
 #include "kafka/outbox.h"
+#include "exec/avro_encode.h"
 #include "exec/json_encode.h"
 
 #include "access/htup_details.h"
@@ -58,6 +65,24 @@ row_json_call(const char *alias)
 	return psprintf("pg_catalog.to_jsonb(%s)::pg_catalog.text", alias);
 }
 
+/* Whether the catalogs have sdp.row_avro (0.9): an Avro sink's values.  In a transaction. */
+bool
+sdp_outbox_has_row_avro(void)
+{
+	Oid			nsp = get_namespace_oid(SDP_SCHEMA, true);
+	Oid			argtypes[2] = {RECORDOID, INT4OID};
+
+	return OidIsValid(nsp) &&
+		OidIsValid(LookupFuncName(list_make2(makeString(SDP_SCHEMA), makeString("row_avro")), 2, argtypes, true));
+}
+
+/* An Avro sink's value as SQL: the message in hex, its schema's id the statement's $1. */
+static char *
+row_avro_call(const char *alias)
+{
+	return psprintf("pg_catalog.encode(sdp.row_avro(%s, $1), 'hex')", alias);
+}
+
 /*
  * The transform that fills a sink flow's outbox: the flow's own as a
  * subquery (or, without transform, the declared columns of the input, not
@@ -66,7 +91,7 @@ row_json_call(const char *alias)
  */
 char *
 sdp_outbox_sql(const char *transform_sql, SdpInputSchema *schema, int64 flow_id, int worker,
-					const char *sink_key)
+					const char *sink_key, bool avro)
 {
 	char	   *key = sink_key ? psprintf("(i.%s)::pg_catalog.text", quote_identifier(sink_key))
 		: pstrdup("NULL::pg_catalog.text");
@@ -83,7 +108,7 @@ sdp_outbox_sql(const char *transform_sql, SdpInputSchema *schema, int64 flow_id,
 		for (int c = 0; c < schema->ncolumns; c++)
 			appendStringInfo(&cols, "%si.%s", c > 0 ? ", " : "", quote_identifier(schema->columns[c].name));
 		return psprintf("%s%s AS value FROM input i CROSS JOIN LATERAL (SELECT %s) r",
-						head, row_json_call("r"), cols.data);
+						head, avro ? row_avro_call("r") : row_json_call("r"), cols.data);
 	}
 	else
 	{
@@ -94,7 +119,7 @@ sdp_outbox_sql(const char *transform_sql, SdpInputSchema *schema, int64 flow_id,
 		while (len > 0 && (sql[len - 1] == ';' || isspace((unsigned char) sql[len - 1])))
 			sql[--len] = '\0';
 		return psprintf("%s%s AS value FROM (%s\n) i",
-						head, row_json_call("i"), sql);
+						head, avro ? row_avro_call("i") : row_json_call("i"), sql);
 	}
 }
 
@@ -148,7 +173,7 @@ sdp_outbox_desc(bool tagged)
  */
 HeapTuple
 sdp_outbox_row(TupleDesc outbox, int64 flow_id, int worker, TupleDesc emitted, HeapTuple row,
-					int key_attno)
+					int key_attno, const SdpAvroRowPlan *avro, int32 schema_id)
 {
 	static SdpJsonPlan plan;
 	static uint32 plan_typmod = 0;	/* the blessed descriptor's; 0: none yet */
@@ -168,7 +193,21 @@ sdp_outbox_row(TupleDesc outbox, int64 flow_id, int worker, TupleDesc emitted, H
 		MemoryContextSwitchTo(old);
 	}
 	initStringInfo(&json);
-	if (plan.direct)
+	if (avro != NULL)
+	{
+		/* an Avro sink: the message in hex */
+		Datum	   *cols = palloc(sizeof(Datum) * Max(emitted->natts, 1));
+		bool	   *colnulls = palloc(sizeof(bool) * Max(emitted->natts, 1));
+		StringInfoData message;
+
+		heap_deform_tuple(row, emitted, cols, colnulls);
+		initStringInfo(&message);
+		sdp_avro_encode_row(avro, cols, colnulls, schema_id, &message);
+		enlargeStringInfo(&json, message.len * 2);
+		for (int i = 0; i < message.len; i++)
+			appendStringInfo(&json, "%02x", (unsigned char) message.data[i]);
+	}
+	else if (plan.direct)
 	{
 		Datum	   *cols = palloc(sizeof(Datum) * Max(emitted->natts, 1));
 		bool	   *colnulls = palloc(sizeof(bool) * Max(emitted->natts, 1));

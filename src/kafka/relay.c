@@ -60,6 +60,7 @@
 #include "kafka/kafka_client.h"
 #include "kafka/kafka_properties.h"
 #include "decl/catalog.h"
+#include "decl/flow_options.h"
 #include "shmem/metrics.h"
 
 #include <fcntl.h>
@@ -188,6 +189,9 @@ kafka_relay_validate_properties(List *properties)
 		const char *key = lfirst(lc);
 		const char *val = lfirst(lnext(properties, lc));
 
+		/* the format's and the registry's, not librdkafka's (flow_options.c checks them) */
+		if (sdp_source_format_option(key))
+			continue;
 		if (is_reserved(key))
 		{
 			rd_kafka_conf_destroy(conf);
@@ -328,7 +332,8 @@ relay_conf(KafkaRelay *r, const char *const (*ours)[2], int nours)
 		(void) rd_kafka_conf_set(conf, default_sink_properties[i][0], default_sink_properties[i][1],
 								 errstr, sizeof(errstr));
 	for (lc = list_head(r->def.properties); lc != NULL; lc = lnext(r->def.properties, lnext(r->def.properties, lc)))
-		(void) rd_kafka_conf_set(conf, lfirst(lc), lfirst(lnext(r->def.properties, lc)), errstr, sizeof(errstr));
+		if (!sdp_source_format_option(lfirst(lc)))
+			(void) rd_kafka_conf_set(conf, lfirst(lc), lfirst(lnext(r->def.properties, lc)), errstr, sizeof(errstr));
 	(void) rd_kafka_conf_set(conf, "bootstrap.servers", r->def.bootstrap_servers, errstr, sizeof(errstr));
 	for (int i = 0; i < nours; i++)
 		(void) rd_kafka_conf_set(conf, ours[i][0], ours[i][1], errstr, sizeof(errstr));
@@ -702,13 +707,16 @@ outbox_set_aside(KafkaRelay *r, const int64 *seqs, int n, const char *reason, co
 								  "INSERT INTO sdp.dead_letters (flow_id, flow, owner, kafka_key, payload, payload_text, "
 								  "                              stage, error, sqlstate) "
 								  "SELECT $1, f.name, f.owner, g.key, "
-								  "       convert_to(g.value, getdatabaseencoding()), g.value, "
+								  "       %s, g.value, "
 								  "       CASE WHEN g.skipped_by IS NULL THEN 'write' ELSE 'skipped' END, "
 								  "       CASE WHEN g.skipped_by IS NULL THEN $4 "
 								  "            ELSE 'outbox row ' || g.seq || ' set aside unproduced at the request of role ' || g.skipped_by END, "
 								  "       CASE WHEN g.skipped_by IS NULL THEN $5 END "
 								  "  FROM gone g JOIN sdp.flows f ON f.id = $1",
-								  mine, r->skips ? "skipped_by" : "NULL::text"),
+								  mine, r->skips ? "skipped_by" : "NULL::text",
+								  /* an Avro sink's value is its message in hex: the payload is the message */
+								  r->def.format == SDP_FORMAT_AVRO ? "pg_catalog.decode(g.value, 'hex')"
+								  : "convert_to(g.value, getdatabaseencoding())"),
 						 5, types, values, nulls);
 	ereport(LOG,
 			(errmsg("sdp flow \"%s\" set %d outbox row%s aside unproduced, from %lld: %s",
@@ -1055,6 +1063,25 @@ relay_await_delivery(KafkaRelay *r)
 }
 
 /*
+ * Hex digits (an Avro sink's outbox value) into the bytes they spell, in
+ * place; returns how many.  The text is the engine's own (encode(..., 'hex')).
+ */
+static size_t
+hex_to_bytes(char *text, size_t len)
+{
+	size_t		n = 0;
+
+	for (size_t i = 0; i + 1 < len; i += 2)
+	{
+		int			hi = text[i] <= '9' ? text[i] - '0' : (text[i] | 0x20) - 'a' + 10;
+		int			lo = text[i + 1] <= '9' ? text[i + 1] - '0' : (text[i + 1] | 0x20) - 'a' + 10;
+
+		text[n++] = (char) ((hi << 4) | lo);
+	}
+	return n;
+}
+
+/*
  * Produce the next outbox rows in a transaction (begun here unless one is
  * open, committed by the caller).  Returns the number of rows, 0 when the
  * outbox holds none that is not produced.
@@ -1072,6 +1099,7 @@ relay_produce(KafkaRelay *r, bool await, char **error)
 	int64	   *seqs;
 	char	  **keys;
 	char	  **vals;
+	size_t	   *lens;
 	int64	   *skipped;
 	int			nskipped;
 
@@ -1090,6 +1118,7 @@ again:
 	seqs = palloc(sizeof(int64) * Max(nread, 1));
 	keys = palloc(sizeof(char *) * Max(nread, 1));
 	vals = palloc(sizeof(char *) * Max(nread, 1));
+	lens = palloc(sizeof(size_t) * Max(nread, 1));
 	skipped = palloc(sizeof(int64) * Max(nread, 1));
 	n = nskipped = 0;
 	for (int i = 0; i < nread; i++)
@@ -1106,6 +1135,10 @@ again:
 		seqs[n] = seq;
 		keys[n] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2);
 		vals[n] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 3);
+		lens[n] = strlen(vals[n]);
+		/* an Avro sink's rows hold the message in hex (outbox.c) */
+		if (r->def.format == SDP_FORMAT_AVRO)
+			lens[n] = hex_to_bytes(vals[n], lens[n]);
 		n++;
 	}
 	MemoryContextSwitchTo(oldcxt);
@@ -1160,7 +1193,7 @@ again:
 									RD_KAFKA_V_PARTITION(row_partition(r, keys[i], seqs[i])),
 									RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
 									RD_KAFKA_V_KEY(keys[i], keys[i] ? strlen(keys[i]) : 0),
-									RD_KAFKA_V_VALUE(vals[i], strlen(vals[i])),
+									RD_KAFKA_V_VALUE(vals[i], lens[i]),
 									RD_KAFKA_V_HEADER("sdp-flow", r->flow_id_text, -1),
 									RD_KAFKA_V_HEADER("sdp-worker", r->worker_text, -1),
 									RD_KAFKA_V_HEADER("sdp-seq", seq_text, -1),
@@ -1181,7 +1214,7 @@ again:
 				r->refused_seq = seqs[i];
 				snprintf(r->refused_reason, sizeof(r->refused_reason),
 						 "sink \"%s\" refused the message: %s (%zu bytes of key and value)",
-						 r->def.name, rd_kafka_err2str(err), (keys[i] ? strlen(keys[i]) : 0) + strlen(vals[i]));
+						 r->def.name, rd_kafka_err2str(err), (keys[i] ? strlen(keys[i]) : 0) + lens[i]);
 			}
 			r->in_txn = false;
 			r->aborting = true;

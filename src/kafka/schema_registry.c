@@ -14,6 +14,10 @@
  * message's: kept as unknown, and each message that names it is set aside
  * with that reason.
  *
+ * A sink whose format is avro registers the schema of its values
+ * (sdp_registry_register), as Confluent's serializers do, when its worker
+ * starts, before it writes a row.
+ *
  * The client is libcurl's, set up as Confluent's clients are configured
  * (the source's options: schema.registry.url, basic.auth.*, and
  * schema.registry.ssl.*): http and https only, no redirects (a registry's
@@ -26,7 +30,9 @@
 
 #include <curl/curl.h>
 
+#include "lib/stringinfo.h"
 #include "miscadmin.h"
+#include "utils/json.h"
 #include "utils/hsearch.h"
 #include "utils/memutils.h"
 
@@ -39,6 +45,7 @@ struct SdpRegistry
 {
 	MemoryContext cxt;			/* the cache, and this */
 	HTAB	   *schemas;		/* int32 id -> SdpRegistrySchema */
+	List	   *versions;		/* SdpRegistryVersion: the references' schemas */
 	CURL	   *curl;
 	struct curl_slist *headers;
 	char	   *url;			/* without a trailing slash */
@@ -58,36 +65,40 @@ struct SdpRegistry
 static bool curl_ready = false;
 
 static const char *
-option(const SdpSourceDef *source, const char *key)
+option(List *properties, const char *key)
 {
 	ListCell   *lc;
 
-	for (lc = list_head(source->properties); lc != NULL; lc = lnext(source->properties, lnext(source->properties, lc)))
+	for (lc = list_head(properties); lc != NULL; lc = lnext(properties, lnext(properties, lc)))
 		if (strcmp(lfirst(lc), key) == 0)
-			return lfirst(lnext(source->properties, lc));
+			return lfirst(lnext(properties, lc));
 	return NULL;
 }
 
 static char *
-dup_option(MemoryContext cxt, const SdpSourceDef *source, const char *key)
+dup_option(MemoryContext cxt, List *properties, const char *key)
 {
-	const char *v = option(source, key);
+	const char *v = option(properties, key);
 
 	return v ? MemoryContextStrdup(cxt, v) : NULL;
 }
 
-/* The client of the source's registry, in a memory context of its own under parent. */
+/*
+ * The client of the registry at url, configured by a source's or a sink's
+ * options (properties: key, value pairs), in a memory context of its own
+ * under parent.
+ */
 SdpRegistry *
-sdp_registry_create(const SdpSourceDef *source, MemoryContext parent)
+sdp_registry_create(const char *registry_url, List *properties, MemoryContext parent)
 {
 	MemoryContext cxt = AllocSetContextCreate(parent, "sdp schema registry", ALLOCSET_DEFAULT_SIZES);
 	SdpRegistry *reg = MemoryContextAllocZero(cxt, sizeof(SdpRegistry));
 	HASHCTL		ctl;
-	const char *cred_source = option(source, "basic.auth.credentials.source");
-	const char *algorithm = option(source, "schema.registry.ssl.endpoint.identification.algorithm");
+	const char *cred_source = option(properties, "basic.auth.credentials.source");
+	const char *algorithm = option(properties, "schema.registry.ssl.endpoint.identification.algorithm");
 	int			len;
 
-	Assert(source->registry_url != NULL);
+	Assert(registry_url != NULL);
 	if (!curl_ready)
 	{
 		if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
@@ -95,7 +106,7 @@ sdp_registry_create(const SdpSourceDef *source, MemoryContext parent)
 		curl_ready = true;
 	}
 	reg->cxt = cxt;
-	reg->url = MemoryContextStrdup(cxt, source->registry_url);
+	reg->url = MemoryContextStrdup(cxt, registry_url);
 	len = (int) strlen(reg->url);
 	while (len > 0 && reg->url[len - 1] == '/')
 		reg->url[--len] = '\0';
@@ -114,14 +125,14 @@ sdp_registry_create(const SdpSourceDef *source, MemoryContext parent)
 		}
 	}
 	if (cred_source == NULL || strcmp(cred_source, "USER_INFO") == 0)
-		reg->user_info = dup_option(cxt, source, "basic.auth.user.info");
-	reg->ca_location = dup_option(cxt, source, "schema.registry.ssl.ca.location");
-	reg->ca_pem = dup_option(cxt, source, "schema.registry.ssl.ca.pem");
-	reg->cert_location = dup_option(cxt, source, "schema.registry.ssl.certificate.location");
-	reg->cert_pem = dup_option(cxt, source, "schema.registry.ssl.certificate.pem");
-	reg->key_location = dup_option(cxt, source, "schema.registry.ssl.key.location");
-	reg->key_pem = dup_option(cxt, source, "schema.registry.ssl.key.pem");
-	reg->key_password = dup_option(cxt, source, "schema.registry.ssl.key.password");
+		reg->user_info = dup_option(cxt, properties, "basic.auth.user.info");
+	reg->ca_location = dup_option(cxt, properties, "schema.registry.ssl.ca.location");
+	reg->ca_pem = dup_option(cxt, properties, "schema.registry.ssl.ca.pem");
+	reg->cert_location = dup_option(cxt, properties, "schema.registry.ssl.certificate.location");
+	reg->cert_pem = dup_option(cxt, properties, "schema.registry.ssl.certificate.pem");
+	reg->key_location = dup_option(cxt, properties, "schema.registry.ssl.key.location");
+	reg->key_pem = dup_option(cxt, properties, "schema.registry.ssl.key.pem");
+	reg->key_password = dup_option(cxt, properties, "schema.registry.ssl.key.password");
 	reg->verify_host = algorithm == NULL || strcmp(algorithm, "none") != 0;
 
 	ctl.keysize = sizeof(int32);
@@ -279,6 +290,56 @@ answer_excerpt(const char *body)
 }
 
 /*
+ * GET url of the registry: true with the HTTP status and the answer's body
+ * (palloc'd); false, with the reason in *error, when the registry could
+ * not be asked.  what names what was asked for, for the reason.
+ */
+static bool
+registry_get(SdpRegistry *reg, const char *url, const char *what, long *status, char **body, char **error)
+{
+	CURL	   *h;
+	CURLcode	rc;
+	char		errbuf[CURL_ERROR_SIZE];
+	Answer		a;
+
+	Assert(!IsTransactionState());
+	h = registry_handle(reg);
+	a.body.data = strdup("");
+	a.body.len = 0;
+	a.too_large = false;
+	a.no_memory = a.body.data == NULL;
+	errbuf[0] = '\0';
+	*status = 0;
+	curl_easy_setopt(h, CURLOPT_URL, url);
+	curl_easy_setopt(h, CURLOPT_WRITEDATA, &a);
+	curl_easy_setopt(h, CURLOPT_ERRORBUFFER, errbuf);
+	rc = curl_easy_perform(h);
+	curl_easy_setopt(h, CURLOPT_ERRORBUFFER, NULL);
+	curl_easy_setopt(h, CURLOPT_WRITEDATA, NULL);
+	if (rc != CURLE_OK || a.no_memory)
+	{
+		free(a.body.data);
+		a.body.data = NULL;
+	}
+	CHECK_FOR_INTERRUPTS();
+	if (a.no_memory)
+		ereport(ERROR,
+				(errcode(ERRCODE_OUT_OF_MEMORY),
+				 errmsg("out of memory reading the schema registry's answer")));
+	if (rc != CURLE_OK)
+	{
+		*error = psprintf("schema registry %s: could not fetch %s: %s", reg->shown_url, what,
+						  a.too_large ? psprintf("its answer is larger than %d bytes", SDP_REGISTRY_MAX_ANSWER)
+						  : errbuf[0] ? errbuf : curl_easy_strerror(rc));
+		return false;
+	}
+	curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, status);
+	*body = pstrdup(a.body.data);
+	free(a.body.data);
+	return true;
+}
+
+/*
  * Make sure the schema of this id is known: fetched now if it was not.
  * True when it is (or the registry said it has no such id); false, with
  * the reason in *error, when the registry could not be asked or did not
@@ -289,66 +350,114 @@ bool
 sdp_registry_fetch(SdpRegistry *reg, int32 id, char **error)
 {
 	SdpRegistrySchema *s;
-	CURL	   *h;
-	CURLcode	rc;
-	char		errbuf[CURL_ERROR_SIZE];
-	char	   *url;
-	long		status = 0;
-	Answer		a;
+	long		status;
+	char	   *body;
+	char	   *what;
 	bool		found;
 
 	if (sdp_registry_get(reg, id) != NULL)
 		return true;
-	Assert(!IsTransactionState());
-
-	h = registry_handle(reg);
-	url = psprintf("%s/schemas/ids/%d", reg->url, id);
-	a.body.data = strdup("");
-	a.body.len = 0;
-	a.too_large = false;
-	a.no_memory = a.body.data == NULL;
-	errbuf[0] = '\0';
-	curl_easy_setopt(h, CURLOPT_URL, url);
-	curl_easy_setopt(h, CURLOPT_WRITEDATA, &a);
-	curl_easy_setopt(h, CURLOPT_ERRORBUFFER, errbuf);
-	rc = curl_easy_perform(h);
-	curl_easy_setopt(h, CURLOPT_ERRORBUFFER, NULL);
-	curl_easy_setopt(h, CURLOPT_WRITEDATA, NULL);
-	if (rc != CURLE_OK || a.no_memory)
-		free(a.body.data);
-	CHECK_FOR_INTERRUPTS();
-	if (a.no_memory)
-		ereport(ERROR,
-				(errcode(ERRCODE_OUT_OF_MEMORY),
-				 errmsg("out of memory reading the schema registry's answer")));
-	if (rc != CURLE_OK)
-	{
-		*error = psprintf("schema registry %s: could not fetch schema %d: %s", reg->shown_url, id,
-						  a.too_large ? psprintf("its answer is larger than %d bytes", SDP_REGISTRY_MAX_ANSWER)
-						  : errbuf[0] ? errbuf : curl_easy_strerror(rc));
+	what = psprintf("schema %d", id);
+	if (!registry_get(reg, psprintf("%s/schemas/ids/%d", reg->url, id), what, &status, &body, error))
 		return false;
-	}
-	curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+
 	/*
 	 * Only the registry's own "no such schema" (error code 40403) is the
 	 * message's fault; any other answer (a 404 of a wrong base path, a
 	 * proxy's, a 5xx) is the flow's, and the batch is tried again.
 	 */
 	found = (status == 200);
-	if (!found && !(status == 404 && strstr(a.body.data, "40403") != NULL))
+	if (!found && !(status == 404 && strstr(body, "40403") != NULL))
 	{
-		*error = psprintf("schema registry %s: schema %d: HTTP %ld%s%s", reg->shown_url, id, status,
-						  a.body.len > 0 ? ": " : "", answer_excerpt(a.body.data));
-		free(a.body.data);
+		*error = psprintf("schema registry %s: %s: HTTP %ld%s%s", reg->shown_url, what, status,
+						  body[0] ? ": " : "", answer_excerpt(body));
 		return false;
 	}
 	reg->fetches++;
 	s = hash_search(reg->schemas, &id, HASH_ENTER, NULL);
 	s->found = found;
-	s->answer = MemoryContextStrdup(reg->cxt, found ? a.body.data : answer_excerpt(a.body.data));
+	s->answer = MemoryContextStrdup(reg->cxt, found ? body : answer_excerpt(body));
 	s->parsed = NULL;
 	s->parse_error = NULL;
-	free(a.body.data);
+	return true;
+}
+
+/* Forget the schema of this id (not parsed yet): fetched again when next asked for. */
+void
+sdp_registry_forget(SdpRegistry *reg, int32 id)
+{
+	SdpRegistrySchema *s = hash_search(reg->schemas, &id, HASH_REMOVE, NULL);
+
+	if (s != NULL)
+	{
+		Assert(s->parsed == NULL);
+		pfree(s->answer);
+	}
+}
+
+/* A version of a subject as far as it was fetched, or NULL. */
+SdpRegistryVersion *
+sdp_registry_get_version(SdpRegistry *reg, const char *subject, int version)
+{
+	ListCell   *lc;
+
+	foreach(lc, reg->versions)
+	{
+		SdpRegistryVersion *v = lfirst(lc);
+
+		if (v->version == version && strcmp(v->subject, subject) == 0)
+			return v;
+	}
+	return NULL;
+}
+
+/*
+ * Make sure this version of subject is known (a schema's reference names
+ * the schema it imports so): fetched now if it was not.  As
+ * sdp_registry_fetch: true when it is, or the registry said it has no such
+ * subject or version (40401, 40402); false, with the reason, when the
+ * registry could not be asked.  Outside any transaction.
+ */
+bool
+sdp_registry_fetch_version(SdpRegistry *reg, const char *subject, int version, char **error)
+{
+	SdpRegistryVersion *v;
+	MemoryContext oldcxt;
+	long		status;
+	char	   *body;
+	char	   *what;
+	char	   *escaped;
+	char	   *url;
+	bool		found;
+
+	if (sdp_registry_get_version(reg, subject, version) != NULL)
+		return true;
+	escaped = curl_easy_escape(registry_handle(reg), subject, 0);
+	if (escaped == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OUT_OF_MEMORY),
+				 errmsg("out of memory")));
+	url = psprintf("%s/subjects/%s/versions/%d", reg->url, escaped, version);
+	curl_free(escaped);
+	what = psprintf("version %d of subject \"%s\"", version, subject);
+	if (!registry_get(reg, url, what, &status, &body, error))
+		return false;
+	found = (status == 200);
+	if (!found && !(status == 404 && (strstr(body, "40401") != NULL || strstr(body, "40402") != NULL)))
+	{
+		*error = psprintf("schema registry %s: %s: HTTP %ld%s%s", reg->shown_url, what, status,
+						  body[0] ? ": " : "", answer_excerpt(body));
+		return false;
+	}
+	reg->fetches++;
+	oldcxt = MemoryContextSwitchTo(reg->cxt);
+	v = palloc(sizeof(SdpRegistryVersion));
+	v->subject = pstrdup(subject);
+	v->version = version;
+	v->found = found;
+	v->answer = pstrdup(found ? body : answer_excerpt(body));
+	reg->versions = lappend(reg->versions, v);
+	MemoryContextSwitchTo(oldcxt);
 	return true;
 }
 
@@ -357,4 +466,99 @@ const char *
 sdp_registry_url(SdpRegistry *reg)
 {
 	return reg->shown_url;
+}
+
+/*
+ * Register schema (Avro, JSON text) under subject, as Confluent's
+ * serializers do when they auto-register (POST /subjects/{subject}/versions):
+ * the registry answers with the schema's id, the same id for the same schema
+ * under the subject, a new version for a new one if the subject's
+ * compatibility level allows it.  True with *id; false, with the reason,
+ * when the registry could not be asked or refused (an incompatible schema:
+ * HTTP 409).  Outside any transaction (it waits on the network).
+ */
+bool
+sdp_registry_register(SdpRegistry *reg, const char *subject, const char *schema, int32 *id, char **error)
+{
+	CURL	   *h;
+	CURLcode	rc;
+	char		errbuf[CURL_ERROR_SIZE];
+	StringInfoData body;
+	struct curl_slist *headers;
+	long		status = 0;
+	Answer		a;
+	const char *p;
+	char	   *end;
+	long		value;
+
+	Assert(!IsTransactionState());
+	h = registry_handle(reg);
+	initStringInfo(&body);
+	appendStringInfoString(&body, "{\"schema\": ");
+	escape_json(&body, schema);
+	appendStringInfoString(&body, "}");
+	headers = curl_slist_append(NULL, "Accept: application/vnd.schemaregistry.v1+json, application/json");
+	headers = headers ? curl_slist_append(headers, "Content-Type: application/vnd.schemaregistry.v1+json") : NULL;
+	if (headers == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OUT_OF_MEMORY),
+				 errmsg("out of memory")));
+	a.body.data = strdup("");
+	a.body.len = 0;
+	a.too_large = false;
+	a.no_memory = a.body.data == NULL;
+	errbuf[0] = '\0';
+	curl_easy_setopt(h, CURLOPT_URL, psprintf("%s/subjects/%s/versions", reg->url, subject));
+	curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);
+	curl_easy_setopt(h, CURLOPT_POSTFIELDS, body.data);
+	curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE, (long) body.len);
+	curl_easy_setopt(h, CURLOPT_WRITEDATA, &a);
+	curl_easy_setopt(h, CURLOPT_ERRORBUFFER, errbuf);
+	rc = curl_easy_perform(h);
+	curl_easy_setopt(h, CURLOPT_ERRORBUFFER, NULL);
+	curl_easy_setopt(h, CURLOPT_WRITEDATA, NULL);
+	/* the handle goes back to what the fetches ask */
+	curl_easy_setopt(h, CURLOPT_HTTPGET, 1L);
+	curl_easy_setopt(h, CURLOPT_HTTPHEADER, reg->headers);
+	curl_slist_free_all(headers);
+	if (rc == CURLE_OK && !a.no_memory)
+		curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+	if (rc != CURLE_OK || a.no_memory)
+	{
+		free(a.body.data);
+		a.body.data = NULL;
+	}
+	CHECK_FOR_INTERRUPTS();
+	if (a.no_memory)
+		ereport(ERROR,
+				(errcode(ERRCODE_OUT_OF_MEMORY),
+				 errmsg("out of memory reading the schema registry's answer")));
+	if (rc != CURLE_OK)
+	{
+		*error = psprintf("schema registry %s: could not register the schema of subject \"%s\": %s",
+						  reg->shown_url, subject, errbuf[0] ? errbuf : curl_easy_strerror(rc));
+		return false;
+	}
+	/* {"id": 7}: the one member an answer of 200 has */
+	p = status == 200 ? strstr(a.body.data, "\"id\"") : NULL;
+	if (p != NULL)
+	{
+		p += 4;
+		while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r' || *p == ':')
+			p++;
+		errno = 0;
+		value = strtol(p, &end, 10);
+		if (end == p || errno != 0 || value < 0 || value > PG_INT32_MAX)
+			p = NULL;
+	}
+	if (p == NULL)
+	{
+		*error = psprintf("schema registry %s: registering the schema of subject \"%s\": HTTP %ld%s%s",
+						  reg->shown_url, subject, status, a.body.len > 0 ? ": " : "", answer_excerpt(a.body.data));
+		free(a.body.data);
+		return false;
+	}
+	free(a.body.data);
+	*id = (int32) value;
+	return true;
 }

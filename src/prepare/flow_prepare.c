@@ -25,6 +25,8 @@
 #include "decl/catalog.h"
 #include "decl/flow_options.h"
 #include "decl/input_schema.h"
+#include "decl/envelope.h"
+#include "exec/avro_encode.h"
 #include "exec/tombstone_delete.h"
 #include "kafka/outbox.h"
 #include "kafka/relay.h"
@@ -122,7 +124,7 @@ check_declared_options(const SdpFlowDecl *decl, const SdpOperator *op, bool has_
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("unknown option \"%.*s\"", v.val.string.len, v.val.string.val),
-				 errhint("Flow options are mode, on_error, on_tombstone, workers, partitions, checkpoint_interval, state_memory_limit, synchronous_commit, statement_timeout, search_path, max_batch_rows, max_batch_bytes, max_batch_wait, progress_interval and notify; operators take more.")));
+				 errhint("Flow options are mode, on_error, on_tombstone, envelope, workers, partitions, checkpoint_interval, state_memory_limit, synchronous_commit, statement_timeout, search_path, max_batch_rows, max_batch_bytes, max_batch_wait, progress_interval and notify; operators take more.")));
 	}
 	sdp_flow_check_workers(opts->workers, op, NULL);
 	if (!has_sink && opts->sink_key != NULL)
@@ -130,6 +132,16 @@ check_declared_options(const SdpFlowDecl *decl, const SdpOperator *op, bool has_
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("option \"sink_key\" is for a flow with a sink"),
 				 errhint("A flow into a table has no message key.")));
+	if (op != NULL && opts->envelope == SDP_ENVELOPE_DEBEZIUM)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("option \"envelope\": \"debezium\" is for stateless flows"),
+				 errhint("Apply the change events into a table with a stateless flow, and run the operator over that table's changes or over the events without envelope.")));
+	if (has_sink && opts->envelope == SDP_ENVELOPE_DEBEZIUM)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("option \"envelope\": \"debezium\" is for flows into a table"),
+				 errhint("A change event upserts or deletes a row of the target; a flow with a sink only appends messages.")));
 	if (has_sink && opts->on_tombstone == SDP_TOMBSTONE_DELETE)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -165,6 +177,12 @@ prepare_sink_flow(const SdpFlowDecl *decl, SdpFlowPrepared *out, SdpTransform *o
 
 	out->outbox_tagged = sdp_outbox_has_worker();
 	out->outbox_skips = sdp_outbox_has_skips();
+	out->sink_avro_id = -1;
+	if (decl->sink->format == SDP_FORMAT_AVRO && !sdp_outbox_has_row_avro())
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("a flow to an Avro sink needs version 0.9 of sdp_ext"),
+				 errhint("Run ALTER EXTENSION sdp_ext UPDATE.")));
 	if (opts->workers > 1 && !out->outbox_tagged)
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
@@ -182,6 +200,8 @@ prepare_sink_flow(const SdpFlowDecl *decl, SdpFlowPrepared *out, SdpTransform *o
 		}
 		out->emitted_desc = BlessTupleDesc(out->emitted_desc);
 		sdp_outbox_check_key(out->emitted_desc, opts->sink_key, true);
+		if (decl->sink->format == SDP_FORMAT_AVRO)
+			out->sink_avro = sdp_avro_row_plan(out->emitted_desc);
 		out->sink_key_attno = opts->sink_key ? attnum_in_desc(out->emitted_desc, opts->sink_key) : 0;
 		opts->mode = SDP_MODE_APPEND;
 		sdp_table_write_prepare_outbox(&out->table_write, outbox, sdp_outbox_desc(out->outbox_tagged));
@@ -189,14 +209,33 @@ prepare_sink_flow(const SdpFlowDecl *decl, SdpFlowPrepared *out, SdpTransform *o
 	else
 	{
 		/* the transform wrapped so that it produces the outbox rows itself */
+		bool		avro = decl->sink->format == SDP_FORMAT_AVRO;
+		Oid			id_type = INT4OID;
+
 		sdp_outbox_check_key(own->result_desc, opts->sink_key, false);
+		if (avro)
+		{
+			/* the values are the transform's rows, or the declared columns without one */
+			TupleDesc	values = own->result_desc;
+
+			if (decl->transform_sql == NULL)
+			{
+				values = CreateTemplateTupleDesc(out->schema->ncolumns);
+				for (int c = 0; c < out->schema->ncolumns; c++)
+					TupleDescCopyEntry(values, c + 1, out->schema->tupdesc, c + 1);
+			}
+			out->sink_avro = sdp_avro_row_plan(values);
+		}
 		sdp_transform_prepare_generated(&out->transform, out->schema,
 										sdp_outbox_sql(decl->transform_sql, out->schema, decl->flow_id,
 													   out->outbox_tagged ? decl->worker_no : -1,
-													   opts->sink_key));
+													   opts->sink_key, avro),
+										avro ? 1 : 0, &id_type);
 		opts->mode = SDP_MODE_APPEND;
 		sdp_table_write_prepare_outbox(&out->table_write, outbox, out->transform.result_desc);
 	}
+	if (out->sink_avro != NULL)
+		out->sink_avro_schema = sdp_avro_row_schema(out->sink_avro, decl->name);
 	/* a row the sink's producer would refuse is set aside when it is written (exec/table_write.c) */
 	if (for_worker)
 	{
@@ -206,6 +245,7 @@ prepare_sink_flow(const SdpFlowDecl *decl, SdpFlowPrepared *out, SdpTransform *o
 														  &message_max_bytes);
 
 		sdp_table_write_limit_messages(&out->table_write, decl->sink->name, max_payload, message_max_bytes);
+		out->table_write.value_hex = out->sink_avro != NULL;
 	}
 	out->target_name = NULL;
 }
@@ -243,7 +283,8 @@ prepare_table_flow(const SdpFlowDecl *decl, SdpFlowPrepared *out, SdpTransform *
 	if (!opts->mode_given)
 		opts->mode = has_pk ? SDP_MODE_UPSERT : SDP_MODE_APPEND;
 	sdp_table_write_prepare(&out->table_write, decl->target, opts->mode, write_desc,
-							decl->transform_sql == NULL && out->op == NULL);
+							decl->transform_sql == NULL && out->op == NULL
+							? SDP_SKIP_META | (opts->envelope == SDP_ENVELOPE_DEBEZIUM ? SDP_SKIP_DEBEZIUM : 0) : 0);
 }
 
 /*
@@ -279,7 +320,13 @@ sdp_flow_prepare(const SdpFlowDecl *decl, SdpFlowPrepared *out, bool for_worker)
 	if (!for_worker)
 		check_declared_options(decl, out->op, has_sink);
 
-	out->schema = sdp_parse_input_schema(decl->schema_text);
+	if (opts->envelope == SDP_ENVELOPE_DEBEZIUM)
+	{
+		out->schema = sdp_debezium_row_schema(decl->schema_text);
+		out->envelope = sdp_debezium_envelope(out->schema);
+	}
+	else
+		out->schema = sdp_parse_input_schema(decl->schema_text);
 
 	if (!for_worker)
 		PushActiveSnapshot(GetTransactionSnapshot());
@@ -298,6 +345,7 @@ sdp_flow_prepare(const SdpFlowDecl *decl, SdpFlowPrepared *out, bool for_worker)
 	sdp_table_write_check_privileges(&out->table_write, GetUserId());
 	sdp_tombstone_prepare(opts, out->op != NULL, out->table_write.relid, GetUserId(),
 						  for_worker ? &out->tombstone_plan : NULL);
+	sdp_debezium_prepare(opts, &out->table_write, GetUserId(), for_worker ? &out->delete_plan : NULL);
 
 	/*
 	 * Headers are read only when something may use them: the transform,

@@ -7,6 +7,7 @@
 #define SDP_FLOW_PREPARE_H
 
 #include "decl/flow.h"
+#include "exec/avro_encode.h"
 #include "exec/table_write.h"
 #include "stateful/operator.h"
 
@@ -38,10 +39,15 @@ typedef struct SdpFlowPrepared
 	bool		outbox_skips;	/* sdp.outbox has column skipped_by (0.7) */
 	TupleDesc	emitted_desc;	/* a stateful one: the operator's rows (blessed) */
 	int			sink_key_attno; /* ... and the sink_key column in them, 0: none */
+	SdpAvroRowPlan *sink_avro;	/* an Avro sink: how its values are encoded, or NULL */
+	char	   *sink_avro_schema;	/* ... the schema registered for them (JSON text) */
+	int32		sink_avro_id;	/* ... its id in the registry, -1 until the worker registered it */
 	/* what the decoder fills (a stateless flow's transform may not read every metadata column) */
 	bool		want_headers;	/* kafka_headers: something may read it */
 	int			unread_meta;	/* bit SDP_META_x: not read, left null */
 	SPIPlanPtr	tombstone_plan; /* on_tombstone = delete: its DELETE (for a worker) */
+	struct SdpEnvelope *envelope;	/* "envelope": "debezium": how its events are read (decl/envelope.h) */
+	SPIPlanPtr	delete_plan;	/* ... and the DELETE of its delete events (for a worker) */
 } SdpFlowPrepared;
 
 extern void sdp_flow_prepare(const SdpFlowDecl *decl, SdpFlowPrepared *out, bool for_worker);

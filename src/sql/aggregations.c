@@ -344,7 +344,8 @@ define_aggregation(const char *flow, AggArgs *a, bool replace)
 		SdpTransform one;
 
 		sdp_transform_prepare_generated(&one, schema,
-										sdp_window_agg_fanout_sql(list_make1(d), f.transform, rows.result_desc, f.event_time));
+										sdp_window_agg_fanout_sql(list_make1(d), f.transform, rows.result_desc, f.event_time),
+										0, NULL);
 		sdp_transform_check_row_by_row(&one, psprintf("a filter of aggregation \"%s\"", d->name));
 	}
 
@@ -367,7 +368,8 @@ define_aggregation(const char *flow, AggArgs *a, bool replace)
 	}
 	defs = lappend(defs, d);
 	sdp_transform_prepare_generated(&fanout, schema,
-									sdp_window_agg_fanout_sql(defs, f.transform, rows.result_desc, f.event_time));
+									sdp_window_agg_fanout_sql(defs, f.transform, rows.result_desc, f.event_time),
+									0, NULL);
 	sdp_transform_check_runs(&fanout);
 	PopActiveSnapshot();
 

@@ -160,6 +160,8 @@ alter_check(AlterFlow *f, const char *schema, const char *transform, Jsonb *opti
 		opts.search_path = pstrdup(GetConfigOption("search_path", false, false));
 	memset(&sink, 0, sizeof(sink));
 	sink.name = f->sink;
+	if (f->sink)
+		sdp_catalog_sink_options(&sink);
 	decl.name = f->name;
 	decl.flow_id = 0;
 	decl.worker_no = 0;

@@ -362,6 +362,11 @@ sdp_create_sink(PG_FUNCTION_ARGS)
 	memset(&def, 0, sizeof(def));
 	sdp_parse_sink_options(options, &def);
 	kafka_relay_validate_properties(def.properties);
+	if (def.registry_url != NULL && !sdp_outbox_has_row_avro())
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("an Avro sink needs version 0.9 of sdp_ext"),
+				 errhint("Run ALTER EXTENSION sdp_ext UPDATE.")));
 	kafka_properties_check_role(GetUserId(), psprintf("sink \"%s\"", name), servers, def.properties);
 
 	SPI_connect();
@@ -479,6 +484,8 @@ sdp_create_flow(PG_FUNCTION_ARGS)
 	/* Check and prepare what the worker will run, as the owner: this is where a bad declaration is refused. */
 	memset(&sink, 0, sizeof(sink));
 	sink.name = sink_name;
+	if (sink_name)
+		sdp_catalog_sink_options(&sink);
 	decl.name = name;
 	decl.flow_id = 0;
 	decl.worker_no = 0;

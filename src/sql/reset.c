@@ -388,6 +388,13 @@ reset_store(ResetFlow *f, int n, int32 *parts, int64 *offs)
 								  1, argtypes, values, NULL, false, 0) != SPI_OK_UPDATE)
 			elog(ERROR, "could not clear the state of flow \"%s\"", f->name);
 	}
+	/* a backfill that had not finished is abandoned: the flow reads from the new positions (0.10) */
+	if (SPI_execute("SELECT 1 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
+					" WHERE n.nspname = 'sdp' AND c.relname = 'backfills'", true, 1) == SPI_OK_SELECT &&
+		SPI_processed == 1 &&
+		SPI_execute_with_args("DELETE FROM sdp.backfills WHERE flow_id = $1",
+							  1, argtypes, values, NULL, false, 0) != SPI_OK_DELETE)
+		elog(ERROR, "could not abandon the backfill of flow \"%s\"", f->name);
 	/* the flow has offsets now (a restored flow without them waits for them) */
 	if (SPI_execute_with_args("UPDATE sdp.flows SET offsets_stored = true WHERE id = $1",
 							  1, argtypes, values, NULL, false, 0) != SPI_OK_UPDATE)

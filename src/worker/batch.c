@@ -32,8 +32,10 @@
  * unique per message, so the replay duplicates nothing).
  */
 #include "worker/batch.h"
+#include "worker/backfill.h"
 #include "kafka/outbox.h"
 #include "worker/worker_slot.h"
+#include "worker/debezium.h"
 #include "worker/tombstone.h"
 
 #include "access/xact.h"
@@ -92,6 +94,27 @@ typedef struct DecodeRun
 	int			ndead_done;		/* and the messages set aside so far */
 } DecodeRun;
 
+/*
+ * The decoded row (d->values, d->nulls) has an event time windows and
+ * watermarks cannot hold: its message is set aside, and true returned.
+ */
+static bool
+event_time_unusable(DecodeRun *d, Batch *b, rd_kafka_message_t *m)
+{
+	int			e = d->event_time_index;
+
+	if (e < 0 || d->nulls[e] || sdp_event_time_usable(DatumGetTimestampTz(d->values[e])))
+		return false;
+	sdp_dead_letter_add(b, m, "decode",
+						psprintf("field \"%s\": event time %s is outside the range windows and watermarks can hold (%s to %s)",
+								 d->w->prep.schema->columns[e].name,
+								 sdp_timestamp_text(DatumGetTimestampTz(d->values[e])),
+								 sdp_timestamp_text(MIN_TIMESTAMP + SDP_EVENT_TIME_MARGIN_US),
+								 sdp_timestamp_text(END_TIMESTAMP - SDP_EVENT_TIME_MARGIN_US - 1)),
+						ERRCODE_DATETIME_VALUE_OUT_OF_RANGE);
+	return true;
+}
+
 /* Message m (index i) as a row of the input schema, or set aside with the reason. */
 static void
 decode_one(DecodeRun *d, int i)
@@ -114,7 +137,16 @@ decode_one(DecodeRun *d, int i)
 	b->row_tomb[b->nrows] = false;
 	if (m->payload == NULL && w->opts.on_tombstone == SDP_TOMBSTONE_SKIP)
 		return;
-	if (m->payload == NULL && w->opts.on_tombstone == SDP_TOMBSTONE_DELETE)
+	if (w->prep.envelope != NULL && (m->payload != NULL || w->opts.on_tombstone == SDP_TOMBSTONE_DELETE))
+	{
+		/* a Debezium event (or a tombstone that deletes): the row it applies (debezium.c) */
+		if (!sdp_debezium_decode(w, m, values, nulls, &b->row_tomb[b->nrows], &error, &sqlstate))
+		{
+			sdp_dead_letter_add(b, m, "decode", error, sqlstate);
+			return;
+		}
+	}
+	else if (m->payload == NULL && w->opts.on_tombstone == SDP_TOMBSTONE_DELETE)
 	{
 		if (m->key == NULL || !sdp_bytes_are_text(m->key, m->key_len))
 		{
@@ -133,18 +165,8 @@ decode_one(DecodeRun *d, int i)
 		sdp_dead_letter_add(b, m, "decode", error, sqlstate);
 		return;
 	}
-	if (d->event_time_index >= 0 && !nulls[d->event_time_index] &&
-		!sdp_event_time_usable(DatumGetTimestampTz(values[d->event_time_index])))
-	{
-		sdp_dead_letter_add(b, m, "decode",
-							psprintf("field \"%s\": event time %s is outside the range windows and watermarks can hold (%s to %s)",
-									 w->prep.schema->columns[d->event_time_index].name,
-									 sdp_timestamp_text(DatumGetTimestampTz(values[d->event_time_index])),
-									 sdp_timestamp_text(MIN_TIMESTAMP + SDP_EVENT_TIME_MARGIN_US),
-									 sdp_timestamp_text(END_TIMESTAMP - SDP_EVENT_TIME_MARGIN_US - 1)),
-							ERRCODE_DATETIME_VALUE_OUT_OF_RANGE);
+	if (event_time_unusable(d, b, m))
 		return;
-	}
 	/* the Kafka columns, but those the transform does not read (left null: w->prep.unread_meta) */
 	values[ncols + SDP_META_TOPIC] = d->topic;
 	nulls[ncols + SDP_META_TOPIC] = (w->prep.unread_meta & (1 << SDP_META_TOPIC)) != 0;
@@ -162,7 +184,7 @@ decode_one(DecodeRun *d, int i)
 	nulls[ncols + SDP_META_TIMESTAMP] = true;
 	if (!(w->prep.unread_meta & (1 << SDP_META_TIMESTAMP)))
 	{
-		ts = rd_kafka_message_timestamp(m, &tstype);
+		ts = sdp_message_timestamp(m, &tstype);
 		nulls[ncols + SDP_META_TIMESTAMP] = (tstype == RD_KAFKA_TIMESTAMP_NOT_AVAILABLE || ts < 0);
 		if (!nulls[ncols + SDP_META_TIMESTAMP])
 			values[ncols + SDP_META_TIMESTAMP] =
@@ -181,6 +203,31 @@ decode_one(DecodeRun *d, int i)
 	b->nrows++;
 }
 
+/*
+ * A backfill's row (backfill.c): already of the schema's types (its source
+ * was cast to them); its event time is checked as a message's is.
+ */
+static void
+decode_backfill_one(DecodeRun *d, int i)
+{
+	FlowWorker *w = d->w;
+	Batch	   *b = d->b;
+	rd_kafka_message_t *m = b->msgs[i];
+	int			ncols = w->prep.schema->ncolumns;
+	Datum	   *values = d->values;
+	bool	   *nulls = d->nulls;
+
+	b->row_tomb[b->nrows] = false;
+	sdp_backfill_decode(w, m, values, nulls);
+	if (event_time_unusable(d, b, m))
+		return;
+	values[ncols + SDP_META_TOPIC] = d->topic;
+	nulls[ncols + SDP_META_TOPIC] = false;
+	b->rows[b->nrows] = heap_form_tuple(w->prep.schema->tupdesc, values, nulls);
+	b->row_msg[b->nrows] = i;
+	b->nrows++;
+}
+
 /* Decode messages [lo, hi), after what was kept so far (what a failed range left is dropped). */
 static void
 decode_range(void *arg, int lo, int hi)
@@ -192,7 +239,10 @@ decode_range(void *arg, int lo, int hi)
 	for (int i = lo; i < hi; i++)
 	{
 		CHECK_FOR_INTERRUPTS();	/* a cancel is not the message's fault (sdp_is_decode_error) */
-		decode_one(d, i);
+		if (d->b->backfill)
+			decode_backfill_one(d, i);
+		else
+			decode_one(d, i);
 	}
 	d->nrows_done = d->b->nrows;
 	d->ndead_done = list_length(d->b->dead);
@@ -297,14 +347,36 @@ transform_and_write(void *arg, int lo, int hi)
 	int64		deleted = 0;
 	int			ntomb = 0;
 
-	if (r->w->prep.tombstone_plan != NULL)
+	if (r->w->prep.tombstone_plan != NULL || r->w->prep.delete_plan != NULL)
 	{
-		/* tombstones first, and the rows they would delete left out */
+		/* tombstones (or delete events) first, and the rows they would delete left out */
 		r->stage = "write";
 		rows = palloc(sizeof(HeapTuple) * Max(hi - lo, 1));
-		deleted = sdp_tombstone_apply(r->w, r->b, lo, hi, rows, &nrows);
-		for (int i = lo; i < hi; i++)
-			ntomb += r->b->row_tomb[i];
+		if (r->w->prep.delete_plan != NULL)
+		{
+			bool		done;
+			int64		dout;
+			int64		dwritten;
+
+			deleted = sdp_debezium_apply(r->w, r->b, lo, hi, rows, &nrows, &done, &dout, &dwritten);
+			for (int i = lo; i < hi; i++)
+				ntomb += r->b->row_tomb[i];
+			if (done)
+			{
+				/* applied in order, upserts and deletes alike */
+				r->b->rows_out += dout;
+				r->b->rows_written += dwritten + deleted;
+				r->b->rows_tomb += ntomb;
+				r->nunits_ok += hi - lo;
+				return;
+			}
+		}
+		else
+		{
+			deleted = sdp_tombstone_apply(r->w, r->b, lo, hi, rows, &nrows);
+			for (int i = lo; i < hi; i++)
+				ntomb += r->b->row_tomb[i];
+		}
 	}
 	r->stage = "transform";
 	/*
@@ -447,7 +519,8 @@ write_emitted(void *arg, int lo, int hi)
 		rows = palloc(sizeof(HeapTuple) * Max(hi - lo, 1));
 		for (int i = lo; i < hi; i++)
 			rows[i - lo] = sdp_outbox_row(w->prep.table_write.row_desc, w->args.flow_id, w->args.worker_no,
-											   w->prep.emitted_desc, r->rows[i], w->prep.sink_key_attno);
+											   w->prep.emitted_desc, r->rows[i], w->prep.sink_key_attno,
+											   w->prep.sink_avro, w->prep.sink_avro_id);
 	}
 	r->b->rows_written += sdp_table_write_rows(&w->prep.table_write, rows, hi - lo);
 	r->nunits_ok += hi - lo;
@@ -765,7 +838,8 @@ attempt(FlowWorker *w, Batch *b, bool isolate, char **fail_message)
 	/* decoding happens once, in the first attempt (input functions read the catalogs) */
 	if (!b->decoded)
 	{
-		sdp_skips_mark(w, b);
+		if (!b->backfill)
+			sdp_skips_mark(w, b);
 		stage_decode(w, b, isolate);
 		b->decoded = true;
 		b->ndead_decode = list_length(b->dead);
@@ -790,11 +864,17 @@ attempt(FlowWorker *w, Batch *b, bool isolate, char **fail_message)
 	{
 		sdp_write_dead_letters(w, b);
 		stage_notify(w, b->rows_written);
-		sdp_next_offsets(w, b, b->next);
+		/* a backfill's rows move its position, not the offsets (the boundary's) */
+		if (b->backfill)
+			memcpy(b->next, w->parts.next, sizeof(int64) * w->parts.n);
+		else
+			sdp_next_offsets(w, b, b->next);
 		if (w->prep.op == NULL)
 			sdp_write_moved_offsets(w, b->next);
 		else
 			sdp_stateful_checkpoint_if_due(w, b);
+		if (b->backfill)
+			sdp_backfill_store_position(w, b);
 		/* a sink flow: the rows its relay has committed to Kafka go with this batch */
 		if (w->relay)
 			kafka_relay_delete_in_batch(w->relay);
@@ -832,7 +912,7 @@ sdp_batch_run(FlowWorker *w, Batch *b, char **message)
 	if (b->next == NULL)
 		b->next = palloc(sizeof(int64) * Max(w->parts.n, 1));
 	/* the writer schemas its Avro messages name, before the transaction: a network wait */
-	if (!b->decoded && !sdp_formats_fetch_schemas(w, b, message))
+	if (!b->decoded && !b->backfill && !sdp_formats_fetch_schemas(w, b, message))
 		return SDP_BATCH_RETRY;
 	for (;;)
 	{
@@ -927,12 +1007,15 @@ sdp_batch_account(FlowWorker *w, Batch *b)
 	int64		tomb_skipped = 0;
 
 	memcpy(w->parts.next, b->next, sizeof(int64) * w->parts.n);
-	for (int i = 0; i < b->nmsgs; i++)
+	if (b->backfill)
+		sdp_backfill_committed(w, b);
+	/* a backfill's rows have no latency from Kafka */
+	for (int i = 0; i < b->nmsgs && !b->backfill; i++)
 	{
 		int64		ts;
 		rd_kafka_timestamp_type_t tstype;
 
-		ts = rd_kafka_message_timestamp(b->msgs[i], &tstype);
+		ts = sdp_message_timestamp(b->msgs[i], &tstype);
 		if (tstype == RD_KAFKA_TIMESTAMP_NOT_AVAILABLE || ts <= 0)
 			ts = b->read_us / 1000;
 		sdp_metrics_record(&w->metrics,
@@ -949,7 +1032,8 @@ sdp_batch_account(FlowWorker *w, Batch *b)
 			tomb_skipped += (b->msgs[i]->payload == NULL && (b->skip_msg == NULL || !b->skip_msg[i]));
 
 	SDP_SLOT_STATS_BEGIN_WRITE(w->slot);
-	w->slot->stats.messages_read += b->nmsgs;
+	if (!b->backfill)
+		w->slot->stats.messages_read += b->nmsgs;
 	w->slot->stats.rows_written += b->rows_written;
 	w->slot->stats.rows_filtered += filtered;
 	if (w->opts.on_error == SDP_ON_ERROR_SKIP)

@@ -14,9 +14,11 @@
  * restart is dead-lettered once.
  */
 #include "worker/dead_letter.h"
+#include "worker/backfill.h"
 #include "exec/json_decode.h"
 #include "decl/catalog.h"
 
+#include "access/htup_details.h"
 #include "catalog/pg_type.h"
 #include "mb/pg_wchar.h"
 #include "utils/builtins.h"
@@ -32,7 +34,7 @@ static bool
 message_timestamp(rd_kafka_message_t *m, TimestampTz *ts)
 {
 	rd_kafka_timestamp_type_t tstype;
-	int64		ms = rd_kafka_message_timestamp(m, &tstype);
+	int64		ms = sdp_message_timestamp(m, &tstype);
 
 	if (tstype == RD_KAFKA_TIMESTAMP_NOT_AVAILABLE || ms < 0)
 		return false;
@@ -113,6 +115,38 @@ sdp_set_aside(FlowWorker *w, Batch *b, rd_kafka_message_t *m, const char *row_te
 	return true;
 }
 
+/* A backfill's row (backfill.h) as JSON text of its schema columns: its dead letter's payload. */
+static char *
+backfill_row_text(SdpBackfillRow *row)
+{
+	StringInfoData s;
+
+	initStringInfo(&s);
+	appendStringInfoChar(&s, '{');
+	for (int i = 0; i < row->ncolumns; i++)
+	{
+		Form_pg_attribute a = TupleDescAttr(row->desc, i);
+		bool		isnull;
+		Datum		d = heap_getattr(row->tuple, i + 1, row->desc, &isnull);
+		Oid			out;
+		bool		varlena;
+
+		if (i > 0)
+			appendStringInfoString(&s, ", ");
+		escape_json(&s, NameStr(a->attname));
+		appendStringInfoString(&s, ": ");
+		if (isnull)
+		{
+			appendStringInfoString(&s, "null");
+			continue;
+		}
+		getTypeOutputInfo(a->atttypid, &out, &varlena);
+		escape_json(&s, OidOutputFunctionCall(out, d));
+	}
+	appendStringInfoChar(&s, '}');
+	return s.data;
+}
+
 /* Write one dead letter (in a catalog scope). */
 static void
 write_dead_letter(FlowWorker *w, DeadLetter *dl)
@@ -128,7 +162,23 @@ write_dead_letter(FlowWorker *w, DeadLetter *dl)
 	memset(nulls, ' ', sizeof(nulls));
 	values[0] = CStringGetTextDatum(w->args.name);
 	values[1] = CStringGetTextDatum(w->source.topic);
-	if (m)
+	if (m && sdp_is_backfill_message(m))
+	{
+		SdpBackfillRow *row = m->_private;
+
+		/* a backfill's row: its place in the topic if its source said it, and its columns */
+		if (row->has_position)
+		{
+			values[2] = Int32GetDatum(m->partition);
+			values[3] = Int64GetDatum(m->offset);
+		}
+		else
+			nulls[1] = nulls[2] = nulls[3] = 'n';
+		nulls[4] = nulls[5] = 'n';
+		bytes = backfill_row_text(row);
+		len = strlen(bytes);
+	}
+	else if (m)
 	{
 		values[2] = Int32GetDatum(m->partition);
 		values[3] = Int64GetDatum(m->offset);

@@ -114,6 +114,7 @@ run_in_subtransaction(SdpIsolateStep step, SdpIsolateFault fault, void *arg, int
 		/* a registration left behind by the failed statement */
 		(void) SPI_unregister_relation(SDP_INPUT_RELATION);
 		(void) SPI_unregister_relation(SDP_OUTPUT_RELATION);
+		(void) SPI_unregister_relation(SDP_DELETED_RELATION);
 		if (!fault(edata->sqlerrcode))
 			ReThrowError(edata);
 	}

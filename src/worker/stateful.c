@@ -113,7 +113,7 @@ build_operator_transform(FlowWorker *w)
 	SPIPlanPtr	previous = w->prep.transform.plan;
 	char	   *sql = w->prep.op->build_transform(w->stateful->opctx, w->transform_sql, w->prep.rows_desc);
 
-	sdp_transform_prepare_generated(&w->prep.transform, w->prep.schema, sql);
+	sdp_transform_prepare_generated(&w->prep.transform, w->prep.schema, sql, 0, NULL);
 	SPI_keepplan(w->prep.transform.plan);
 	MemoryContextSwitchTo(old);
 	/* the one it replaces goes, plan and all: a reload leaves nothing behind */
@@ -591,7 +591,9 @@ advance_watermark(FlowWorker *w, TimestampTz now)
 		}
 		all_max = Max(all_max, w->stateful->wm_max[p]);
 	}
-	if (any)
+	if (w->backfill != NULL && all_max != DT_NOBEGIN)
+		wm = all_max;			/* a backfill's rows come in event-time order (sql/backfill.c): none is behind the last */
+	else if (any)
 		wm = active_min;
 	else if (all_max != DT_NOBEGIN)
 		wm = all_max + (now - w->stateful->wm_last_data);	/* the whole stream is quiet: event time moves with the clock */
@@ -1037,6 +1039,14 @@ sdp_stateful_checkpoint_if_due(FlowWorker *w, Batch *b)
 		w->stateful->checkpoint_deferred = false;
 		b->checkpointed = true;
 	}
+}
+
+/* A checkpoint now, with the offsets committed (a backfill's end: backfill.c); SPI connected. */
+void
+sdp_stateful_checkpoint_now(FlowWorker *w)
+{
+	write_checkpoint(w, w->parts.next);
+	w->stateful->checkpoint_deferred = false;
 }
 
 /*

@@ -16,6 +16,7 @@ extern void sdp_stateful_check_rows(FlowWorker *w, HeapTuple *rows, const int32 
 extern int	sdp_stateful_operate(FlowWorker *w, Batch *b, HeapTuple *rows, const int32 *partitions, int nrows,
 								 HeapTuple **emitted);
 extern void sdp_stateful_checkpoint_if_due(FlowWorker *w, Batch *b);
+extern void sdp_stateful_checkpoint_now(FlowWorker *w);
 extern bool sdp_stateful_work_due(FlowWorker *w, TimestampTz now);
 extern TimestampTz sdp_stateful_next_wakeup(FlowWorker *w);
 extern bool sdp_stateful_limit_error(FlowWorker *w, ErrorData *edata);

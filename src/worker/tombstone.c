@@ -44,43 +44,42 @@ key_hash(const char *key, size_t len)
 }
 
 /*
- * Input rows [lo, hi) of a batch: delete the keys of its tombstones, and
- * return in *keep (*nkeep of them) the other rows, less those a later
- * tombstone of the range deletes.  Returns the number of rows deleted.
+ * Input rows [lo, hi) of a batch, some of which delete (Batch.row_tomb):
+ * in *dels (*ndels of them) the indexes of those, and in *keep (*nkeep)
+ * the other rows, less those a later deleting row of the range with the
+ * same Kafka key deletes.  The deletes run first, then the rows kept are
+ * written: what a key ends with is what its last message says.
  */
-int64
-sdp_tombstone_apply(FlowWorker *w, Batch *b, int lo, int hi, HeapTuple *keep, int *nkeep)
+void
+sdp_deletes_split(Batch *b, int lo, int hi, HeapTuple *keep, int *nkeep, int *dels, int *ndels)
 {
-	int			ntomb = 0;
 	int			size = 16;
-	int		   *last;			/* hash slot -> row index of the key's last tombstone, -1 */
-	Datum	   *keys;
-	int			nkeys = 0;
-	Datum		arg;
-	int64		deleted;
+	int		   *last;			/* hash slot -> row index of the key's last deleting row, -1 */
 
 	*nkeep = 0;
+	*ndels = 0;
 	for (int i = lo; i < hi; i++)
-		ntomb += b->row_tomb[i];
-	if (ntomb == 0)
+		if (b->row_tomb[i])
+			dels[(*ndels)++] = i;
+	if (*ndels == 0)
 	{
 		memcpy(keep, b->rows + lo, sizeof(HeapTuple) * (hi - lo));
 		*nkeep = hi - lo;
-		return 0;
+		return;
 	}
 
-	while (size < ntomb * 2)
+	while (size < *ndels * 2)
 		size *= 2;
 	last = palloc(sizeof(int) * size);
 	for (int s = 0; s < size; s++)
 		last[s] = -1;
-	keys = palloc(sizeof(Datum) * ntomb);
-	for (int i = lo; i < hi; i++)
+	for (int d = 0; d < *ndels; d++)
 	{
+		int			i = dels[d];
 		rd_kafka_message_t *m = b->msgs[b->row_msg[i]];
 		uint32		s;
 
-		if (!b->row_tomb[i])
+		if (m->key == NULL)
 			continue;
 		for (s = key_hash(m->key, m->key_len) & (size - 1); last[s] >= 0; s = (s + 1) & (size - 1))
 		{
@@ -89,8 +88,6 @@ sdp_tombstone_apply(FlowWorker *w, Batch *b, int lo, int hi, HeapTuple *keep, in
 			if (o->key_len == m->key_len && memcmp(o->key, m->key, m->key_len) == 0)
 				break;
 		}
-		if (last[s] < 0)
-			keys[nkeys++] = PointerGetDatum(cstring_to_text_with_len(m->key, (int) m->key_len));
 		last[s] = i;
 	}
 	for (int i = lo; i < hi; i++)
@@ -116,11 +113,35 @@ sdp_tombstone_apply(FlowWorker *w, Batch *b, int lo, int hi, HeapTuple *keep, in
 		if (!deleted_later)
 			keep[(*nkeep)++] = b->rows[i];
 	}
+	pfree(last);
+}
 
-	arg = PointerGetDatum(construct_array(keys, nkeys, TEXTOID, -1, false, TYPALIGN_INT));
+/*
+ * Input rows [lo, hi) of a batch: delete the keys of its tombstones, and
+ * return in *keep (*nkeep of them) the other rows, less those a later
+ * tombstone of the range deletes.  Returns the number of rows deleted.
+ */
+int64
+sdp_tombstone_apply(FlowWorker *w, Batch *b, int lo, int hi, HeapTuple *keep, int *nkeep)
+{
+	int		   *dels = palloc(sizeof(int) * Max(hi - lo, 1));
+	int			ndels;
+	Datum	   *keys;
+	Datum		arg;
+
+	sdp_deletes_split(b, lo, hi, keep, nkeep, dels, &ndels);
+	if (ndels == 0)
+		return 0;
+	/* a key deleted twice is one row: ANY holds it twice */
+	keys = palloc(sizeof(Datum) * ndels);
+	for (int d = 0; d < ndels; d++)
+	{
+		rd_kafka_message_t *m = b->msgs[b->row_msg[dels[d]]];
+
+		keys[d] = PointerGetDatum(cstring_to_text_with_len(m->key, (int) m->key_len));
+	}
+	arg = PointerGetDatum(construct_array(keys, ndels, TEXTOID, -1, false, TYPALIGN_INT));
 	if (SPI_execute_plan(w->prep.tombstone_plan, &arg, NULL, false, 0) != SPI_OK_DELETE)
 		elog(ERROR, "could not delete the rows of tombstones");
-	deleted = (int64) SPI_processed;
-	pfree(last);
-	return deleted;
+	return (int64) SPI_processed;
 }

@@ -42,6 +42,7 @@
 #include "utils/timestamp.h"
 
 #include "worker/batch.h"
+#include "worker/backfill.h"
 #include "worker/worker_slot.h"
 #include "worker/worker_start.h"
 #include "funcapi.h"
@@ -560,7 +561,8 @@ worker_run_batch(FlowWorker *w, Batch *b)
 					sdp_skips_reload(w);
 					batch_decode_again(b);
 				}
-				worker_grow_batch(w, b);
+				if (!b->backfill)
+					worker_grow_batch(w, b);
 				break;
 		}
 	}
@@ -781,6 +783,31 @@ worker_relay_fenced(FlowWorker *w)
 }
 
 /*
+ * An Avro sink's schema (derived from the flow's rows when it was
+ * prepared) registered under the subject TOPIC-value, as Confluent's
+ * serializers register theirs; its id goes into every message the worker
+ * writes from now on.  Outside any transaction: it waits on the network.
+ */
+static bool
+worker_register_sink_schema(FlowWorker *w, char **error)
+{
+	int32		id;
+	char	   *subject = psprintf("%s-value", w->sink_def.topic);
+
+	if (w->sink_registry == NULL)
+		w->sink_registry = sdp_registry_create(w->sink_def.registry_url, w->sink_def.properties, w->flow_cxt);
+	if (!sdp_registry_register(w->sink_registry, subject, w->prep.sink_avro_schema, &id, error))
+		return false;
+	w->prep.sink_avro_id = id;
+	if (w->prep.transform.nparams > 0)
+		w->prep.transform.params[0] = Int32GetDatum(id);
+	ereport(LOG,
+			(errmsg("sdp flow \"%s\" writes Avro with schema id %d of subject \"%s\" in schema registry %s",
+					w->args.name, id, subject, sdp_registry_url(w->sink_registry))));
+	return true;
+}
+
+/*
  * A sink flow produces what its committed batches put in its outbox before
  * it takes the next batch, so that the outbox holds at most one batch's
  * rows while the sink can be written.  When it cannot (the sink's brokers
@@ -827,6 +854,12 @@ worker_relay(FlowWorker *w)
 	}
 	if (done)
 		done = kafka_relay_drain(w->relay, &error);
+	/*
+	 * An Avro sink: the schema of its values registered before the first
+	 * batch writes a row with its id (what is in the outbox has its own).
+	 */
+	if (done && w->prep.sink_avro != NULL && w->prep.sink_avro_id < 0)
+		done = worker_register_sink_schema(w, &error);
 	pgstat_report_activity(STATE_IDLE, NULL);
 	if (done)
 	{
@@ -900,6 +933,76 @@ linger_wait_ms(FlowWorker *w, long wait_ms)
 	return wait_ms;
 }
 
+/*
+ * One batch of the flow's backfill (backfill.c), before it reads Kafka: its
+ * next rows run through the batch pipeline as messages do; none left, it
+ * ends and the loop goes on to the topic.  An error reading the rows (the
+ * source gone, a privilege revoked) is retried with backoff, the reason in
+ * the status, as a batch's.
+ */
+static void
+worker_backfill_step(FlowWorker *w)
+{
+	MemoryContext oldcxt = MemoryContextSwitchTo(w->batch_cxt);
+	volatile int n = -1;
+	char	   *volatile error = NULL;
+
+	PG_TRY();
+	{
+		n = sdp_backfill_fill(w, loop.poll_buf, w->opts.max_batch_rows);
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		HOLD_INTERRUPTS();
+		MemoryContextSwitchTo(w->batch_cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		AbortOutOfAnyTransaction();
+		RESUME_INTERRUPTS();
+		error = edata->message;
+	}
+	PG_END_TRY();
+	MemoryContextSwitchTo(w->batch_cxt);
+
+	if (n < 0)
+	{
+		char	   *msg;
+
+		loop.error_backoff_ms = Min(Max(loop.error_backoff_ms * 2, SDP_RETRY_MIN_MS), SDP_RETRY_MAX_MS);
+		msg = psprintf("backfill rows not read, retrying in %d ms: %s", loop.error_backoff_ms, error);
+		ereport(LOG, (errmsg("sdp flow \"%s\": %s", w->args.name, msg)));
+		sdp_worker_set_error(w, msg);
+		sdp_worker_set_state(w, SDP_FLOW_RETRYING, false);
+		MemoryContextSwitchTo(oldcxt);
+		MemoryContextReset(w->batch_cxt);
+		sdp_worker_wait(w, loop.error_backoff_ms);
+		return;
+	}
+	if (loop.error_backoff_ms > 0)
+	{
+		/* the rows are read again: the error is over */
+		loop.error_backoff_ms = 0;
+		sdp_worker_set_state(w, SDP_FLOW_RUNNING, true);
+	}
+	if (n == 0)
+		sdp_backfill_finish(w);
+	else
+	{
+		Batch		batch;
+
+		memset(&batch, 0, sizeof(batch));
+		batch.nmsgs = n;
+		batch.msgs = loop.poll_buf;
+		batch.backfill = true;
+		batch.read_us = sdp_unix_now_us();
+		worker_run_batch(w, &batch);
+	}
+	MemoryContextSwitchTo(oldcxt);
+	MemoryContextReset(w->batch_cxt);
+}
+
 static void
 worker_loop(FlowWorker *w)
 {
@@ -952,6 +1055,13 @@ worker_loop(FlowWorker *w)
 		}
 		if (w->relay && (loop.relay_pending || kafka_relay_busy(w->relay)) && !worker_relay_pump(w))
 			continue;
+
+		if (w->backfill != NULL)
+		{
+			worker_backfill_step(w);
+			periodic_work(w, GetCurrentTimestamp());
+			continue;
+		}
 
 		n = worker_poll(w);
 		now = GetCurrentTimestamp();

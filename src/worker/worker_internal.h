@@ -86,10 +86,12 @@ typedef struct Batch
 	int64		rows_tomb;		/* tombstone rows applied */
 	bool	   *skip_msg;		/* msgs[i] is to be skipped; NULL when none is */
 	List	   *skipped;		/* DeadLetter *: those messages, dead-lettered whatever on_error says */
+	bool		backfill;		/* rows of the flow's backfill (backfill.c), not messages read from Kafka */
 } Batch;
 
 typedef struct SdpStatefulState SdpStatefulState;
 typedef struct SdpSkips SdpSkips;
+typedef struct SdpBackfill SdpBackfill;
 
 /*
  * The partitions a worker consumes (sdp_worker_owns_partition), sorted, and
@@ -134,12 +136,29 @@ typedef struct FlowWorker
 	/* its stages */
 	KafkaSource *kafka;			/* the consumer (kafka/kafka_source.c) */
 	SdpRegistry *registry;		/* the source's schema registry, or NULL (kafka/schema_registry.c) */
+	SdpRegistry *sink_registry; /* an Avro sink's, or NULL */
 	SdpPartitionSet parts;		/* its partitions and their committed offsets (offsets.c) */
 	SdpStatefulState *stateful; /* the operator stage (stateful.c), NULL for a stateless flow */
 	KafkaRelay *relay;			/* a sink flow's relay of the rows this worker writes (kafka/relay.c) */
 	SdpSkips   *skips;			/* the skip requests (skip.c) */
+	SdpBackfill *backfill;		/* a backfill to run before reading Kafka (backfill.c), or NULL */
 	SdpMetrics	metrics;		/* the latencies of its batches, until the next progress report */
 } FlowWorker;
 
+
+/*
+ * Kafka's timestamp of a message (milliseconds), as rd_kafka_message_timestamp
+ * gives it; a backfill row (backfill.h), which librdkafka never saw, has none.
+ */
+static inline int64
+sdp_message_timestamp(const rd_kafka_message_t *m, rd_kafka_timestamp_type_t *tstype)
+{
+	if (m->rkt == NULL)
+	{
+		*tstype = RD_KAFKA_TIMESTAMP_NOT_AVAILABLE;
+		return -1;
+	}
+	return rd_kafka_message_timestamp(m, tstype);
+}
 
 #endif							/* SDP_WORKER_H */

@@ -22,6 +22,7 @@
  * there is no such column and only the sequence is waited for.
  */
 #include "worker/worker_start.h"
+#include "worker/backfill.h"
 #include "compat.h"
 #include "kafka/outbox.h"
 #include "decl/catalog.h"
@@ -178,13 +179,15 @@ load_declaration(FlowWorker *w)
 		kafka_properties_check_role(GetUserId(), psprintf("sink \"%s\"", w->sink_def.name),
 									w->sink_def.bootstrap_servers, w->sink_def.properties);
 	kafka_hosts_for_owner(GetUserId());
-	if (w->source.key_format == SDP_FORMAT_AVRO && w->opts.on_tombstone == SDP_TOMBSTONE_DELETE)
+	if ((w->source.key_format == SDP_FORMAT_AVRO || w->source.key_format == SDP_FORMAT_PROTOBUF) &&
+		w->opts.on_tombstone == SDP_TOMBSTONE_DELETE && w->opts.envelope != SDP_ENVELOPE_DEBEZIUM)
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("option \"on_tombstone\": \"delete\" needs text keys, and the keys of source \"%s\" are Avro", w->source.name),
+				 errmsg("option \"on_tombstone\": \"delete\" needs text keys, and the keys of source \"%s\" are %s",
+						w->source.name, w->source.key_format == SDP_FORMAT_AVRO ? "Avro" : "Protobuf"),
 				 errhint("Use \"skip\" or \"dead_letter\", or a source with key.format text.")));
 	if (w->source.registry_url != NULL && w->registry == NULL)
-		w->registry = sdp_registry_create(&w->source, w->flow_cxt);
+		w->registry = sdp_registry_create(w->source.registry_url, w->source.properties, w->flow_cxt);
 
 	if (w->sink_def.name == NULL)
 	{
@@ -383,6 +386,8 @@ sdp_worker_open_source(FlowWorker *w)
 	if (w->prep.op)
 		sdp_stateful_restore(w);
 	sdp_worker_take_partitions(w, n, partitions);
+	/* a backfill to run before the topic (its rows count as these partitions') */
+	sdp_backfill_load(w);
 	pgstat_report_activity(STATE_IDLE, NULL);
 }
 

@@ -551,6 +551,15 @@ sub _flightsim_command (%args)
 	# for 5 ms, as producers do (librdkafka's own default).
 	unshift @args, '--linger-ms', '5'
 	  if kind() eq 'apache' && !grep { $_ eq '--linger-ms' } @args;
+	# The embedded broker answers every connection from one thread: on a
+	# loaded machine it has left one producer's requests unanswered past the
+	# default 30 s while it served another producer (tests 082 and 083, CI of
+	# 2026-12-05), and the producer then gave up on 711 messages.  The
+	# simulators wait for it as long as a test may run, unless a test sets
+	# its own timeout; a request sent again after a timeout would be a
+	# duplicate (no idempotence), so the request timeout is as long.
+	unshift @args, '--message-timeout-ms', '300000', '-X', 'request.timeout.ms=240000'
+	  if kind() ne 'apache' && !grep { $_ eq '--message-timeout-ms' } @args;
 	return [
 		_tool($args{tool} // 'flight_sim'), '--bootstrap', $args{bootstrap},
 		'--topic', $args{topic}, @args

@@ -38,6 +38,23 @@ use SdpTest;
 use Test::More;
 use Time::HiRes ();
 
+# the six aggregations of payments_agg (JSON), for tests that declare flows of their own like it
+our $aggregations = <<'JSON';
+[
+  {"name": "count_1m", "group_by": ["merchant_id"], "operation": "count",
+   "window_size": "1 minute", "allowance": "5 seconds"},
+  {"name": "approved_volume_1m", "group_by": ["merchant_id", "country"], "operation": "sum", "value": "amount",
+   "filter": "status = 'approved'", "window_size": "1 minute", "allowance": "5 seconds"},
+  {"name": "avg_amount_1m", "group_by": ["country"], "operation": "avg", "value": "amount",
+   "window_size": "1 minute", "allowance": "5 seconds"},
+  {"name": "rejection_ratio_1m", "group_by": ["merchant_id"], "operation": "ratio",
+   "filter": "status = 'rejected'", "denominator_filter": "true", "window_size": "1 minute", "allowance": "5 seconds"},
+  {"name": "merchants_per_country", "group_by": ["country"], "operation": "approx_distinct", "value": "merchant_id",
+   "window_size": "1 minute", "allowance": "5 seconds"},
+  {"name": "method_counts_hop", "group_by": ["method"], "operation": "count",
+   "window_size": "1 minute", "slide": "30 seconds", "allowance": "5 seconds"}]
+JSON
+
 sub declare ($node, $broker, %opts)
 {
 	my $checkpoint = $opts{checkpoint} // '1 second';
@@ -60,19 +77,7 @@ SELECT sdp_create_flow('payments_agg', source => 'payments', target => 'payment_
   schema   => 'merchant_id text, country text, method text, status text, amount numeric, event_ts timestamptz',
   operator => 'window_agg',
   options  => '{"event_time": "event_ts", "idle_timeout": "2 seconds", "checkpoint_interval": "$checkpoint"}');
-SELECT sdp_load_aggregations('payments_agg', \$\$[
-  {"name": "count_1m", "group_by": ["merchant_id"], "operation": "count",
-   "window_size": "1 minute", "allowance": "5 seconds"},
-  {"name": "approved_volume_1m", "group_by": ["merchant_id", "country"], "operation": "sum", "value": "amount",
-   "filter": "status = 'approved'", "window_size": "1 minute", "allowance": "5 seconds"},
-  {"name": "avg_amount_1m", "group_by": ["country"], "operation": "avg", "value": "amount",
-   "window_size": "1 minute", "allowance": "5 seconds"},
-  {"name": "rejection_ratio_1m", "group_by": ["merchant_id"], "operation": "ratio",
-   "filter": "status = 'rejected'", "denominator_filter": "true", "window_size": "1 minute", "allowance": "5 seconds"},
-  {"name": "merchants_per_country", "group_by": ["country"], "operation": "approx_distinct", "value": "merchant_id",
-   "window_size": "1 minute", "allowance": "5 seconds"},
-  {"name": "method_counts_hop", "group_by": ["method"], "operation": "count",
-   "window_size": "1 minute", "slide": "30 seconds", "allowance": "5 seconds"}]\$\$);
+SELECT sdp_load_aggregations('payments_agg', \$\$$aggregations\$\$);
 SQL
 	ok($node->poll_query_until('postgres',
 			"SELECT count(*) = 2 FROM sdp.flow_status WHERE flow IN ('payments_agg', 'payments_all') AND state = 'running' AND partitions IS NOT NULL"),

@@ -45,7 +45,11 @@ SELECT pg_temp.refused(format('SELECT sdp_create_source(%L, %L, %L, %L)', 's', '
                     '{"basic.auth.user.info": "u:p"}', '{"format": "avro", "schema.registry.url": "file:///etc/passwd"}',
                     '{"format": "avro", "schema.registry.url": "http://r:8081", "basic.auth.credentials.source": "SASL_INHERIT"}',
                     '{"format": "avro", "schema.registry.url": "http://r:8081", "basic.auth.user.info": "nocolon"}',
-                    '{"format": "avro", "schema.registry.url": "http://r:8081", "schema.registry.ssl.endpoint.identification.algorithm": "x"}']) o;
+                    '{"format": "avro", "schema.registry.url": "http://r:8081", "schema.registry.ssl.endpoint.identification.algorithm": "x"}',
+                    '{"format": "protobuf"}', '{"key.format": "protobuf"}', '{"format": "proto"}']) o;
+-- Protobuf values and keys with a registry
+SELECT sdp_create_source('pb', '127.0.0.1:9', 't', '{"format": "protobuf", "key.format": "protobuf", "schema.registry.url": "http://127.0.0.1:9/"}');
+SELECT sdp_drop_source('pb');
 -- a good one; its credentials are masked in sdp.source_list
 SELECT sdp_create_source('reg', '127.0.0.1:9', 't', '{"format": "avro", "key.format": "avro", "schema.registry.url": "http://127.0.0.1:9/", "basic.auth.user.info": "user:secret", "schema.registry.ssl.key.password": "pw"}');
 SELECT options FROM sdp.source_list WHERE name = 'reg';
@@ -60,3 +64,55 @@ SELECT pg_temp.refused(format('SELECT sdp_create_flow(%L, %L, %L, %L)', 'fd', 'r
   FROM unnest(ARRAY['a int DEFAULT now()', 'a int DEFAULT ''x''', 'a int DEFAULT 1 DEFAULT 2', 'a int NOT NULL DEFAULT 1']) s;
 -- a path with a name longer than an identifier
 SELECT pg_temp.refused($$SELECT sdp_create_flow('fd', 'reg', 'd', 'a int FROM x.a_name_of_sixty_four_bytes_aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa')$$);
+
+-- Debezium's envelope: what a flow cannot apply it to, refused
+CREATE TABLE dbz (id int PRIMARY KEY, name text);
+CREATE TABLE dbz_nopk (id int, name text);
+CREATE ROLE dbz_writer LOGIN;
+GRANT USAGE ON SCHEMA public TO dbz_writer;
+GRANT SELECT, INSERT, UPDATE ON dbz TO dbz_writer;
+SELECT pg_temp.refused(format('SELECT sdp_create_flow(%L, %L, %L, %L, transform => %L, operator => %L, options => %L)', 'fz', 'reg', t, s, x, op, o))
+  FROM (VALUES ('dbz', 'id int, name text', NULL, NULL, '{"envelope": "Debezium"}'),
+               ('dbz', 'id int, name text', NULL, NULL, '{"envelope": "debezium", "mode": "append"}'),
+               ('dbz_nopk', 'id int, name text', NULL, NULL, '{"envelope": "debezium"}'),
+               ('dbz', 'id int, debezium_op text', NULL, NULL, '{"envelope": "debezium"}'),
+               ('dbz', 'id int, name text', 'SELECT id, name, debezium_lsn FROM input', NULL, '{"envelope": "debezium"}'),
+               ('dbz', 'id int, name text', NULL, 'active_count', '{"envelope": "debezium", "key": "name", "member": "id", "ttl": "30 seconds", "capacity": 10}')) v(t, s, x, op, o);
+SELECT sdp_create_sink('dbz_sink', '127.0.0.1:9', 't');
+SELECT pg_temp.refused($$SELECT sdp_create_flow('fz', 'reg', NULL, 'id int, name text', sink => 'dbz_sink', options => '{"envelope": "debezium"}')$$);
+SELECT sdp_drop_sink('dbz_sink');
+SET ROLE dbz_writer;
+SELECT pg_temp.refused($$SELECT sdp_create_source('dbz_src', '127.0.0.1:9', 't')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_flow('fz', 'dbz_src', 'dbz', 'id int, name text', options => '{"envelope": "debezium"}')$$);
+SELECT sdp_drop_source('dbz_src');
+RESET ROLE;
+-- accepted: upsert on the primary key; a transform reads the envelope's columns; the target need not have them
+SELECT pg_temp.refused($$SELECT sdp_create_flow('fz', 'reg', 'dbz', 'id int, name text FROM "Name"', options => '{"envelope": "debezium"}')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_flow('fz2', 'reg', 'dbz', 'id int', transform => 'SELECT id, debezium_op || (debezium_source->>''lsn'') || debezium_ts_ms AS name FROM input', options => '{"envelope": "debezium"}')$$);
+SELECT name, options->>'envelope', options->>'on_tombstone' FROM sdp.flows WHERE name LIKE 'fz%' ORDER BY name;
+SELECT sdp_drop_flow('fz'), sdp_drop_flow('fz2');
+DROP TABLE dbz, dbz_nopk;
+REVOKE USAGE ON SCHEMA public FROM dbz_writer;
+DROP ROLE dbz_writer;
+
+-- Avro sinks: the declarations that cannot work, refused; credentials masked in sdp.sink_list
+SELECT pg_temp.refused(format('SELECT sdp_create_sink(%L, %L, %L, %L)', 'as', '127.0.0.1:9', 't', o))
+  FROM unnest(ARRAY['{"format": "xml"}', '{"format": "avro"}', '{"key.format": "avro", "schema.registry.url": "http://r:8081"}',
+                    '{"basic.auth.user.info": "u:p"}', '{"format": "avro", "schema.registry.url": "ftp://r"}',
+                    '{"format": "protobuf", "schema.registry.url": "http://r:8081"}']) o;
+SELECT sdp_create_sink('as', '127.0.0.1:9', 't', '{"format": "avro", "schema.registry.url": "http://sdp:secret@r:8081", "basic.auth.user.info": "u:p"}');
+SELECT options FROM sdp.sink_list WHERE name = 'as';
+SELECT pg_temp.refused($$SELECT sdp_create_flow('fa', 'reg', NULL, 'a int', transform => 'SELECT a AS "Order Id" FROM input', sink => 'as')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_flow('fa', 'reg', NULL, 'a int, b numeric(5,2)', sink => 'as')$$);
+SELECT sdp_drop_flow('fa');
+SELECT sdp_drop_sink('as');
+-- sdp.row_avro: a row as an Avro sink writes it
+SELECT sdp.row_avro(ROW(1::int, 'é'::text, 12.30::numeric(5,2), (-1.5)::numeric(5,2), NULL::bigint, '1970-01-02'::date, ARRAY[1, NULL]), 7);
+SELECT sdp_avro_to_json('{"type": "record", "name": "r", "fields": [{"name": "f1", "type": ["null", "int"]}, {"name": "f2", "type": ["null", "string"]}, {"name": "f3", "type": ["null", {"type": "bytes", "logicalType": "decimal", "precision": 5, "scale": 2}]}, {"name": "f4", "type": ["null", {"type": "bytes", "logicalType": "decimal", "precision": 5, "scale": 2}]}, {"name": "f5", "type": ["null", "long"]}, {"name": "f6", "type": ["null", {"type": "int", "logicalType": "date"}]}, {"name": "f7", "type": ["null", {"type": "array", "items": ["null", "int"]}]}]}',
+                        sdp.row_avro(ROW(1::int, 'é'::text, 12.30::numeric(5,2), (-1.5)::numeric(5,2), NULL::bigint, '1970-01-02'::date, ARRAY[1, NULL]), 7));
+SELECT pg_temp.refused($$SELECT sdp.row_avro(ROW('NaN'::numeric(5,2)))$$);
+SELECT pg_temp.refused($$SELECT sdp.row_avro(ROW('infinity'::timestamptz))$$);
+SELECT pg_temp.refused($$SELECT sdp.row_avro(ROW(ARRAY[[1, 2], [3, 4]]))$$);
+SELECT pg_temp.refused($$SELECT sdp.row_avro(ROW(1), -5)$$);
+SELECT sdp.row_avro(NULL::record, 1) IS NULL;
+SELECT pg_temp.refused($$SELECT sdp.row_avro(r) FROM (SELECT 1 AS x, 2 AS x) r$$);

@@ -9,6 +9,11 @@
 # read, an unknown id and a wrong magic byte are dead-lettered with their
 # offsets and reasons; the registry stopped (SIGSTOP) holds the flow back
 # with the reason in its status, and nothing is lost when it comes back.
+# Debezium's Avro envelope (Avro keys, the source record as jsonb, a delete
+# with no before image taking its key, a tombstone that deletes).  An Avro
+# sink: a flow's rows written as Avro, their schema derived from the rows and
+# registered under TOPIC-value, read back by an Avro flow value for value; a
+# value Avro cannot hold set aside; a stateful flow's rows too.
 use strict;
 use warnings FATAL => 'all';
 use lib 'test/perl';
@@ -20,7 +25,7 @@ use Test::More;
 
 SdpRegistry::needs_registry();
 
-my $broker = SdpKafka::start_broker(topics => { 'pay' => 2 });
+my $broker = SdpKafka::start_broker(topics => { 'pay' => 2, 'cdc' => 1, 'rows' => 2, 'avro-out' => 2, 'zones' => 1, 'zone-counts' => 1 });
 my $registry = SdpRegistry::start();
 my $url = $registry->url;
 my $node = SdpTest::new_node('avro');
@@ -214,5 +219,137 @@ is(SdpTest::query($node, "SELECT count(*) FROM pay p JOIN generate_series(1001, 
 	'0', 'with their values');
 is(SdpTest::query($node, "SELECT state || ' ' || coalesce(last_error, '') FROM sdp.flow_status WHERE flow = 'pay_flow'"),
 	'running ', 'running, the reason gone');
+
+# Debezium's change events in Avro, as its Avro converter writes them: the
+# envelope record, the row image a union of null and the table's Value
+# record, the key a record of the primary key's columns
+my $value_rec = { type => 'record', name => 'Value', fields => [
+	{ name => 'id', type => 'int' },
+	{ name => 'name', type => [ 'null', 'string' ], default => undef },
+	{ name => 'price', type => [ 'null', { type => 'bytes', logicalType => 'decimal', precision => 8, scale => 2 } ], default => undef } ] };
+my $envelope = { type => 'record', name => 'Envelope', namespace => 'cdc.public.items', fields => [
+	{ name => 'before', type => [ 'null', $value_rec ], default => undef },
+	{ name => 'after', type => [ 'null', 'Value' ], default => undef },
+	{ name => 'source', type => { type => 'record', name => 'Source', namespace => 'io.debezium.connector.postgresql', fields => [
+		{ name => 'connector', type => 'string' }, { name => 'table', type => 'string' },
+		{ name => 'lsn', type => [ 'null', 'long' ], default => undef } ] } },
+	{ name => 'op', type => 'string' },
+	{ name => 'ts_ms', type => [ 'null', 'long' ], default => undef } ] };
+my $key_rec = { type => 'record', name => 'Key', namespace => 'cdc.public.items', fields => [ { name => 'id', type => 'int' } ] };
+SdpTest::create_source($node, 'cdc', $broker, 'cdc',
+	qq({"format": "avro", "key.format": "avro", "schema.registry.url": "$url"}));
+SdpTest::query($node, <<'SQL');
+CREATE TABLE items (id int PRIMARY KEY, name text, price numeric(8,2), lsn bigint, op text);
+SELECT sdp_create_flow('cdc_flow', 'cdc', 'items', 'id int, name text, price numeric(8,2)',
+  transform => $$SELECT id, name, price, (debezium_source->>'lsn')::bigint AS lsn, debezium_op AS op FROM input$$,
+  options => '{"envelope": "debezium", "on_tombstone": "delete"}');
+SQL
+sub ev
+{
+	my ($op, $before, $after, $lsn) = @_;
+	return { op => $op, before => $before, after => $after, ts_ms => 1764900000000 + $lsn,
+		source => { connector => 'postgresql', table => 'items', lsn => $lsn } };
+}
+sub it { my ($id, $name, $price) = @_; return { id => $id, name => $name, price => defined $price ? { '$decimal' => $price } : undef } }
+SdpRegistry::avro_produce(registry => $registry, bootstrap => $broker->bootstrap, topic => 'cdc',
+	value_schema => $envelope, key_schema => $key_rec, records => [
+		{ key => { id => 1 }, value => ev('r', undef, it(1, 'apple', '1.50'), 10) },
+		{ key => { id => 2 }, value => ev('c', undef, it(2, 'pear', '2.25'), 20) },
+		{ key => { id => 3 }, value => ev('c', undef, it(3, 'plum', undef), 30) },
+		{ key => { id => 1 }, value => ev('u', it(1, 'apple', '1.50'), it(1, 'green apple', '1.75'), 40) },
+		{ key => { id => 2 }, value => ev('d', undef, undef, 50) },                 # no before image: the key
+		{ key => { id => 3 }, value => ev('d', it(3, undef, undef), undef, 60) },
+		{ key => { id => 3 }, value => undef },                                     # its tombstone
+		{ key => { id => 4 }, value => ev('c', undef, it(4, 'fig', '9.00'), 70) },
+		{ key => { id => 4 }, value => undef } ]);                                  # a tombstone alone deletes
+ok(SdpTest::wait_consumed($node, 'cdc_flow', 9), 'Debezium in Avro: the nine messages consumed');
+is(SdpTest::query($node, "SELECT string_agg(id || '=' || name || '/' || price || '/' || lsn || '/' || op, ',' ORDER BY id) FROM items"),
+	'1=green apple/1.75/40/u', 'Debezium in Avro: updated by the after image; deleted by a before image, by the key, by a tombstone');
+is(SdpTest::query($node, "SELECT count(*) FROM sdp.dead_letters WHERE flow = 'cdc_flow'"), '0', 'Debezium in Avro: nothing set aside');
+
+# An Avro sink: JSON rows in, every type written as Avro, read back by an Avro flow
+my $bootstrap = $broker->bootstrap;
+SdpTest::create_source($node, 'rows', $broker, 'rows');
+SdpTest::create_source($node, 'avro_back', $broker, 'avro-out', qq({"format": "avro", "schema.registry.url": "$url"}));
+SdpTest::query($node, <<"SQL");
+SELECT sdp_create_sink('avro_out', '$bootstrap', 'avro-out', '{"format": "avro", "schema.registry.url": "$url"}');
+CREATE TABLE back (id bigint PRIMARY KEY, small smallint, n int, amount numeric(12,2), big numeric(30,10), anynum numeric,
+  f4 real, f8 float8, ok boolean, name text, at timestamptz, local_at timestamp, day date, tod time, ref uuid,
+  raw bytea, doc text, tags jsonb, nums jsonb);
+SELECT sdp_create_flow('to_avro', 'rows', NULL,
+  'id bigint, small smallint, n int, amount numeric(12,2), big numeric(30,10), anynum numeric, f4 real, f8 float8,
+   ok boolean, name text, at timestamptz, local_at timestamp, day date, tod time, ref uuid, raw text, doc jsonb, tags text',
+  transform => 'SELECT id, small, n, amount, big, anynum, f4, f8, ok, name, at, local_at, day, tod, ref,
+                       decode(raw, ''hex'') AS raw, doc, string_to_array(tags, '','') AS tags,
+                       CASE WHEN n IS NOT NULL THEN ARRAY[n::bigint, NULL, n::bigint + 1] END AS nums FROM input',
+  sink => 'avro_out', options => '{"sink_key": "id"}');
+SELECT sdp_create_flow('from_avro', 'avro_back', 'back',
+  'id bigint, small smallint, n int, amount numeric(12,2), big numeric(30,10), anynum numeric, f4 real, f8 float8,
+   ok boolean, name text, at timestamptz, local_at timestamp, day date, tod time, ref uuid, raw bytea, doc text,
+   tags jsonb, nums jsonb');
+SQL
+my @sink_rows = (
+	q({"id": 1, "small": -32768, "n": 2147483647, "amount": "12.30", "big": "12345678901234567890.0123456789", "anynum": "3.14159265358979323846", "f4": 1.5, "f8": -2.25e-10, "ok": true, "name": "caf\u00e9 \u2615", "at": "2026-01-02T03:04:05.123456Z", "local_at": "1969-12-31T23:59:59.999999", "day": "1969-07-20", "tod": "23:59:59.999999", "ref": "0b8e6a3c-1f2d-4e5f-8a9b-0c1d2e3f4a5b", "raw": "00ff10", "doc": {"a": [1, {"b": null}]}, "tags": "x,y"}),
+	q({"id": 2, "small": 0, "n": -1, "amount": "-0.01", "big": "-99999999999999999999.9999999999", "anynum": "-0", "f4": -0.0, "f8": 1e300, "ok": false, "name": "", "at": "1900-01-01T00:00:00Z", "local_at": "2262-04-11T23:47:16", "day": "2000-01-01", "tod": "00:00:00", "ref": "00000000-0000-0000-0000-000000000000", "raw": "", "doc": [], "tags": ""}),
+	q({"id": 3}),
+	q({"id": 4, "amount": "NaN", "name": "not an Avro decimal"}),
+	q({"id": 5, "amount": "128.00", "big": "-128", "name": "after the one set aside"}));
+SdpKafka::kcat_produce(bootstrap => $bootstrap, topic => 'rows', messages => [ map { [ "k$_", $sink_rows[$_], $_ % 2 ] } 0 .. $#sink_rows ]);
+ok(SdpTest::wait_consumed($node, 'to_avro', 5), 'Avro sink: the five rows consumed');
+ok(SdpTest::wait_for($node, 'SELECT count(*) = 4 FROM back'), 'Avro sink: four rows read back by an Avro flow')
+  or diag SdpTest::query($node, "SELECT string_agg(flow || ' ' || state || ' ' || coalesce(last_error, '') || ' ' || rows_written || ' ' || rows_dead_lettered, E'\n') FROM sdp.flow_status")
+  . "\n" . SdpTest::query($node, "SELECT string_agg(flow || ' ' || stage || ' ' || error, E'\n') FROM sdp.dead_letters WHERE flow IN ('to_avro', 'from_avro')")
+  . "\n" . SdpTest::query($node, "SELECT count(*) FROM sdp.outbox");
+my $expect_rows = SdpTest::query($node, <<'SQL');
+SELECT string_agg(format('%s', r), E'\n' ORDER BY id) FROM (
+  SELECT id, small, n, amount, big, anynum, f4, f8, ok, name, at, local_at, day, tod, ref, decode(raw, 'hex') AS raw,
+         doc::text AS doc, to_jsonb(string_to_array(tags, ',')) AS tags,
+         CASE WHEN n IS NOT NULL THEN to_jsonb(ARRAY[n::bigint, NULL, n::bigint + 1]) END AS nums
+    FROM json_to_recordset(json_build_array(
+      '{"id": 1, "small": -32768, "n": 2147483647, "amount": "12.30", "big": "12345678901234567890.0123456789", "anynum": "3.14159265358979323846", "f4": 1.5, "f8": -2.25e-10, "ok": true, "name": "café ☕", "at": "2026-01-02T03:04:05.123456Z", "local_at": "1969-12-31T23:59:59.999999", "day": "1969-07-20", "tod": "23:59:59.999999", "ref": "0b8e6a3c-1f2d-4e5f-8a9b-0c1d2e3f4a5b", "raw": "00ff10", "doc": {"a": [1, {"b": null}]}, "tags": "x,y"}'::json,
+      '{"id": 2, "small": 0, "n": -1, "amount": "-0.01", "big": "-99999999999999999999.9999999999", "anynum": "-0", "f4": -0.0, "f8": 1e300, "ok": false, "name": "", "at": "1900-01-01T00:00:00Z", "local_at": "2262-04-11T23:47:16", "day": "2000-01-01", "tod": "00:00:00", "ref": "00000000-0000-0000-0000-000000000000", "raw": "", "doc": [], "tags": ""}'::json,
+      '{"id": 3}'::json,
+      '{"id": 5, "amount": "128.00", "big": "-128", "name": "after the one set aside"}'::json))
+      AS x(id bigint, small smallint, n int, amount numeric(12,2), big numeric(30,10), anynum numeric, f4 real, f8 float8,
+           ok boolean, name text, at timestamptz, local_at timestamp, day date, tod time, ref uuid, raw text, doc jsonb, tags text)) r
+SQL
+is(SdpTest::query($node, "SELECT string_agg(format('%s', b), E'\\n' ORDER BY id) FROM back b"), $expect_rows,
+	'Avro sink: every value read back as it was written (decimals, the logical types, bytes, arrays, NULLs)');
+is(SdpTest::query($node, "SELECT count(*) || ' ' || stage || ' ' || sqlstate || ' ' || error FROM sdp.dead_letters WHERE flow = 'to_avro' GROUP BY stage, sqlstate, error"),
+	'1 transform 22003 NaN is not an Avro decimal', 'Avro sink: NaN in a decimal column set aside with the reason');
+my ($code, $latest) = $registry->request('GET', '/subjects/avro-out-value/versions/latest');
+is($code, 200, 'Avro sink: the schema registered under avro-out-value');
+my $registered = JSON::PP->new->canonical->decode($latest->{schema});
+is(join(',', map { $_->{name} } @{ $registered->{fields} }), 'id,small,n,amount,big,anynum,f4,f8,ok,name,at,local_at,day,tod,ref,raw,doc,tags,nums',
+	'Avro sink: a field per column, in order');
+is(JSON::PP->new->canonical->encode([ map { $_->{type}[1] } @{ $registered->{fields} }[3, 5, 10, 11, 12, 13, 14, 17] ]),
+	'[{"logicalType":"decimal","precision":12,"scale":2,"type":"bytes"},"string",{"logicalType":"timestamp-micros","type":"long"},'
+	. '{"logicalType":"local-timestamp-micros","type":"long"},{"logicalType":"date","type":"int"},{"logicalType":"time-micros","type":"long"},'
+	. '{"logicalType":"uuid","type":"string"},{"items":["null","string"],"type":"array"}]',
+	'Avro sink: the logical types of the columns');
+
+# a stateful flow's rows into an Avro sink
+SdpTest::create_source($node, 'zones', $broker, 'zones');
+SdpTest::query($node, <<"SQL");
+SELECT sdp_create_sink('zone_counts_avro', '$bootstrap', 'zone-counts', '{"format": "avro", "schema.registry.url": "$url"}');
+SELECT sdp_create_flow('zone_counts', 'zones', NULL, 'zone text, icao24 text',
+  transform => 'SELECT zone, icao24 FROM input', operator => 'active_count',
+  options => '{"key": "zone", "member": "icao24", "ttl": "1 hour", "capacity": 100, "count_column": "aircraft_count",
+               "sink_key": "zone"}',
+  sink => 'zone_counts_avro');
+SQL
+SdpTest::create_source($node, 'zc_back', $broker, 'zone-counts', qq({"format": "avro", "schema.registry.url": "$url"}));
+SdpTest::query($node, <<'SQL');
+CREATE TABLE zc (zone text PRIMARY KEY, aircraft_count int, kafka_key text);
+SELECT sdp_create_flow('zc_read', 'zc_back', 'zc', 'zone text, aircraft_count int');
+SQL
+SdpKafka::kcat_produce(bootstrap => $bootstrap, topic => 'zones',
+	messages => [ map { [ 'z', qq({"zone": "z", "icao24": "a$_"}), 0 ] } 1 .. 3 ]);
+ok(SdpTest::wait_consumed($node, 'zone_counts', 3), 'Avro sink of a stateful flow: consumed');
+ok(SdpTest::wait_for($node, "SELECT aircraft_count = 3 FROM zc WHERE zone = 'z'"),
+	'Avro sink of a stateful flow: its counts read back by an Avro flow');
+is(SdpTest::query($node, "SELECT kafka_key FROM zc"), 'z', 'Avro sink of a stateful flow: keyed by sink_key');
+my ($zc_code, $zc) = $registry->request('GET', '/subjects/zone-counts-value/versions/latest');
+is($zc_code, 200, 'Avro sink of a stateful flow: its schema registered under zone-counts-value');
 
 done_testing();

@@ -52,6 +52,18 @@ sub control_version
 	my ($v) = slurp_file($file) =~ /^default_version\s*=\s*'([^']*)'/m;
 	return $v;
 }
+# versions compare by their numbers (0.10 comes after 0.9)
+sub at_least
+{
+	my ($v, $w) = @_;
+	my @a = split /\./, $v;
+	my @b = split /\./, $w;
+	for my $i (0 .. 1)
+	{
+		return $a[$i] > $b[$i] if $a[$i] != $b[$i];
+	}
+	return 1;
+}
 my $old_version = control_version("$prev/sdp_ext.control");
 my $new_version = control_version("$cwd/sdp_ext.control");
 note "upgrading from $old_version (prev_version/) to $new_version (this tree)";
@@ -83,9 +95,11 @@ my %added = (
 	'0.6' => { symbol => 'sdp_library_version', args => '()' },
 	'0.7' => { symbol => 'sdp_skip_outbox_row', args => '(text, bigint)' },
 	'0.8' => { symbol => 'sdp_avro_to_json', args => '(text, bytea, boolean)' },
+	'0.9' => { symbol => 'sdp_row_avro', args => '(record, integer)' },
+	'0.10' => { symbol => 'sdp_backfill', args => '(text, text, jsonb, text[], boolean)' },
 );
 # From 0.4 on a third flow writes to a Kafka sink across the upgrade.
-my $with_sink = $old_version ge '0.4';
+my $with_sink = at_least($old_version, '0.4');
 my @flows = ('events_flow', ($with_sink ? ('sink_flow') : ()), 'zone_flow');
 die "test 082 does not know what version $new_version added" unless $added{$new_version};
 sub owner_type
@@ -178,7 +192,7 @@ is(extversion(), $new_version, "ALTER EXTENSION sdp_ext UPDATE: $new_version");
 is(owner_type(), 'regrole', 'owners are regroles');
 is(SdpTest::query($node, "SELECT string_agg(name || '=' || offsets_stored, ',' ORDER BY name) FROM sdp.flows"),
 	join(',', map { "$_=true" } @flows), 'the offsets of flows that have stored some are marked');
-if ($new_version ge '0.3')
+if (at_least($new_version, '0.3'))
 {
 	# 0.3: several workers; the stateless flow goes to 2, mid-stream, on the updated catalogs
 	SdpTest::query($node, "SELECT sdp_set_flow_workers('events_flow', 2)");
@@ -198,7 +212,7 @@ if ($new_version eq '0.4')
 	is(SdpTest::query($node, "SELECT name || ':' || topic FROM sdp.sink_list"), 'zsink:zflights-out',
 		'0.4: sdp_create_sink');
 }
-if ($new_version ge '0.5')
+if (at_least($new_version, '0.5'))
 {
 	# 0.5: a sink flow's outbox rows say which worker wrote them (0.4's: worker 0); the sink flow goes to
 	# 2 workers, each relaying its own rows; sdp.sink_relays shows them
@@ -215,7 +229,7 @@ if ($new_version ge '0.5')
 		$with_sink ? "sink_flow:0:sdp-$db-flow-$id,sink_flow:1:sdp-$db-flow-$id-w1" : '',
 		'0.5: sdp.sink_relays: one relay per worker, with its transactional.id');
 }
-if ($new_version ge '0.6')
+if (at_least($new_version, '0.6'))
 {
 	# 0.6: the outbox has no foreign key (its rows are checked by construction); sdp_library_version
 	is(SdpTest::query($node, "SELECT count(*) FROM pg_constraint WHERE conrelid = 'sdp.outbox'::regclass AND contype = 'f'"),
@@ -223,7 +237,7 @@ if ($new_version ge '0.6')
 	is(SdpTest::query($node, "SELECT sdp_library_version() = extversion FROM pg_extension WHERE extname = 'sdp_ext'"),
 		't', '0.6: sdp_library_version() is the version the catalogs were updated to');
 }
-if ($new_version ge '0.7')
+if (at_least($new_version, '0.7'))
 {
 	# 0.7: outbox rows a sink flow's owner may skip; the flows declared before keep their owner's search_path
 	is(SdpTest::query($node, "SELECT count(*) FROM pg_attribute WHERE attrelid = 'sdp.outbox'::regclass AND attname = 'skipped_by'"),
@@ -231,9 +245,9 @@ if ($new_version ge '0.7')
 	my ($ret, $out, $err) = $node->psql('postgres', "SELECT sdp_skip_outbox_row('events_flow', 1)");
 	like($err, qr/flow "events_flow" has no outbox row 1/, '0.7: sdp_skip_outbox_row refuses a row the outbox does not hold');
 	is(SdpTest::query($node, "SELECT count(*) FROM sdp.flows WHERE options ? 'search_path'"), '0',
-		'0.7: the flows declared before have no search_path of their own') if $old_version lt '0.7';
+		'0.7: the flows declared before have no search_path of their own') if !at_least($old_version, '0.7');
 }
-if ($new_version ge '0.8')
+if (at_least($new_version, '0.8'))
 {
 	# 0.8: a registry's credentials are masked in sdp.source_list; sdp_avro_to_json reads an Avro value
 	SdpTest::query($node, q{SELECT sdp_create_source('masked', '127.0.0.1:9', 'avro-topic', '{"format": "avro", "schema.registry.url": "http://127.0.0.1:9", "basic.auth.user.info": "u:p"}')});
@@ -243,19 +257,38 @@ if ($new_version ge '0.8')
 	is(SdpTest::query($node, q{SELECT sdp_avro_to_json('{"type": "record", "name": "r", "fields": [{"name": "n", "type": "long"}]}', '\\x0000000007ae01')}),
 		'{"n": 87}', '0.8: sdp_avro_to_json reads an Avro value');
 }
+if (at_least($new_version, '0.9'))
+{
+	# 0.9: Avro sinks: a registry's credentials are masked in sdp.sink_list; sdp.row_avro encodes a row
+	SdpTest::query($node, q{SELECT sdp_create_sink('masked', '127.0.0.1:9', 'avro-out', '{"format": "avro", "schema.registry.url": "http://u:p@127.0.0.1:9", "basic.auth.user.info": "u:p"}')});
+	is(SdpTest::query($node, "SELECT (options->>'basic.auth.user.info') || ' ' || (options->>'schema.registry.url') FROM sdp.sink_list WHERE name = 'masked'"),
+		'******** http://********@127.0.0.1:9', '0.9: sdp.sink_list masks the registry\'s credentials');
+	SdpTest::query($node, "SELECT sdp_drop_sink('masked')");
+	is(SdpTest::query($node, q{SELECT sdp.row_avro(ROW(87::bigint), 7)}), '\x000000000702ae01', '0.9: sdp.row_avro encodes a row');
+}
+if (at_least($new_version, '0.10'))
+{
+	# 0.10: backfills (sdp.backfills, sdp.backfill_status); sdp_backfill refuses a running flow
+	is(SdpTest::query($node, "SELECT count(*) FROM sdp.backfill_status"), '0', '0.10: sdp.backfill_status, empty');
+	my ($ret, $out, $err) = $node->psql('postgres', "SELECT sdp_backfill('zone_flow', 'SELECT * FROM zones')");
+	like($err, qr/flow "zone_flow" is running/, '0.10: sdp_backfill refuses a running flow');
+}
+# (40 s of messages; the restart waits only for the first of them to be
+# written: on a loaded machine the flow took 32 s to write 3,000 of them,
+# and the producer had finished before the restart, CI of 2026-12-05)
 my $producer2 = SdpKafka::start_flightsim(
 	bootstrap => $broker->bootstrap, topic => 'raw-flights',
-	args => [ '--count', 40000, '--rate', 2000, '--seed', 6, '--aircraft', 200, '--seq-start', 40000 ]);
+	args => [ '--count', 40000, '--rate', 1000, '--seed', 6, '--aircraft', 200, '--seq-start', 40000 ]);
 zone_in(qw(a5));
 ok($node->poll_query_until('postgres', "SELECT aircraft_count = 5 FROM zone_alerts WHERE zone = 'Z'"),
 	"$new_version before the restart: zone counts 5");
-ok($node->poll_query_until('postgres', 'SELECT count(*) > 3000 FROM events WHERE seq >= 40000'),
+ok($node->poll_query_until('postgres', 'SELECT count(*) > 0 FROM events WHERE seq >= 40000'),
 	"streaming on $new_version");
 $node->restart;
 ok($producer2->running, 'the restart after the update happened mid-stream');
 ok(both_running(), "$new_version after the restart: both flows running");
 is(SdpTest::query($node, "SELECT count(*) FROM sdp.flow_workers WHERE flow = 'events_flow'"), '2',
-	"$new_version after the restart: events_flow in 2 workers") if $new_version ge '0.3';
+	"$new_version after the restart: events_flow in 2 workers") if at_least($new_version, '0.3');
 zone_in(qw(a6 a2));
 my $report1 = $producer->finish;
 is($report1->{delivered}, 40000, 'producer 1 delivered 40,000');

@@ -105,13 +105,19 @@ zone_in(qw(a1 a2 a3));
 ok($old->poll_query_until('postgres', "SELECT aircraft_count = 3 FROM zone_alerts WHERE zone = 'Z'"),
 	"PostgreSQL $old_major: zone counts 3");
 
-# the streams, and the fast shutdown in their middle
+# the streams, and the fast shutdown in their middle.  The producers wait
+# for the broker as long as the upgrade may take: while pg_upgrade copies the
+# cluster and seven flows catch up, the embedded broker (one thread for every
+# connection) has kept a produce request unanswered past the default 30 s
+# (CI of 2026-12-05), and a request that times out is sent again: without
+# idempotence, a message twice in the topic.
+my @patient = ('--message-timeout-ms', 300000, '-X', 'request.timeout.ms=240000');
 my $flights = SdpKafka::start_flightsim(
 	bootstrap => $broker->bootstrap, topic => 'raw-flights',
-	args => [ '--count', 40000, '--rate', 2000, '--seed', 7, '--aircraft', 200 ]);
+	args => [ '--count', 40000, '--rate', 2000, '--seed', 7, '--aircraft', 200, @patient ]);
 my $payments = SdpKafka::start_paymentsim(bootstrap => $broker->bootstrap, topic => 'payments',
 	args => [ '--count', 20000, '--rate', 1000, '--merchants', 50, '--event-time', 'step:10',
-			  '--disorder-ms', 3000, '--late-share', '0.005', '--seed', 12 ]);
+			  '--disorder-ms', 3000, '--late-share', '0.005', '--seed', 12, @patient ]);
 ok($old->poll_query_until('postgres',
 		"SELECT (SELECT count(*) > 3000 FROM events) AND (SELECT count(*) > 1000 FROM payments_all)"
 		  . " AND (SELECT count(*) > 0 FROM payment_windows)"
@@ -163,9 +169,9 @@ is(SdpTest::query($new, "SELECT string_agg(flow || ':' || owner::text, ',' ORDER
 	join(',', map { "$_:postgres" } @flows), 'the flows kept their owner');
 
 zone_in(qw(a4 a1));
-my $fr = $flights->finish;
+my $fr = $flights->finish(timeout => 330);
 is($fr->{delivered}, 40000, 'flight_sim delivered 40,000');
-my $pr = $payments->finish;
+my $pr = $payments->finish(timeout => 330);
 is($pr->{delivered}, 20000, 'payment_sim delivered 20,000');
 
 # append: every (partition, offset) once
