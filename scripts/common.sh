@@ -6,7 +6,7 @@ SDP_PG_VERSION=15
 SDP_PG_BIN=${SDP_PG_BIN:-/usr/lib/postgresql/$SDP_PG_VERSION/bin}
 SDP_PACKAGES=(gcc make postgresql-$SDP_PG_VERSION postgresql-server-dev-$SDP_PG_VERSION
               librdkafka-dev libjansson-dev kcat libipc-run-perl libpq-dev libmicrohttpd-dev
-              openssl python3 libcurl4-openssl-dev g++ libprotobuf-dev)
+              openssl python3 libcurl4-openssl-dev g++ libprotobuf-dev libprotoc-dev)
 
 sdp_log() { printf '==> %s\n' "$*" >&2; }
 
