@@ -19,7 +19,12 @@
 #                                      dependencies in $SDP_CONNECT_CACHE/plugins/
 #                                      debezium-connector-postgres (Maven), once per
 #                                      machine; prints the directory
-#   bash scripts/connect.sh start DIR --bootstrap HOST:PORT [--exit-with PID]
+#   bash scripts/connect.sh fetch-jdbc-sink
+#                                      Debezium's JDBC sink connector with its own
+#                                      dependencies in $SDP_CONNECT_CACHE/sink-plugins/
+#                                      debezium-connector-jdbc (bench/peers.sh), once per
+#                                      machine; prints that plugin path
+#   bash scripts/connect.sh start DIR --bootstrap HOST:PORT [--exit-with PID] [--plugin-path DIR]
 #                                      a worker whose configuration
 #                                      (DIR/worker.properties), offsets
 #                                      (DIR/offsets) and log (DIR/connect.log) are in
@@ -36,6 +41,8 @@
 #                                      restart after a crash)
 #                --exit-with PID       stop the worker when process PID has exited
 #                                      (a test killed before it could stop it)
+#                --plugin-path DIR     the worker's plugins (default $SDP_CONNECT_CACHE/plugins,
+#                                      Debezium's PostgreSQL connector)
 #   bash scripts/connect.sh add DIR FILE.json
 #                                      creates (or reconfigures) the connector of FILE
 #                                      ({"name": ..., "config": {...}}) on the worker
@@ -94,7 +101,8 @@ java_major() {
 }
 
 # mvn dependency:copy-dependencies of the dependencies XML into directory OUT
-mvn_copy() {  # NAME OUT DEPENDENCIES_XML
+# (more mvn arguments after it)
+mvn_copy() {  # NAME OUT DEPENDENCIES_XML [MVN_ARGS...]
   local tmp
   tmp=$(mktemp -d)
   cat > "$tmp/pom.xml" <<POM
@@ -108,7 +116,7 @@ $3
 </project>
 POM
   rm -rf "$2"
-  if ! (cd "$tmp" && mvn -q -B dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory="$2") >&2; then
+  if ! (cd "$tmp" && mvn -q -B "${@:4}" dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory="$2") >&2; then
     rm -rf "$tmp"
     return 1
   fi
@@ -180,6 +188,48 @@ fetch() {
   echo "$cache"
 }
 
+# Debezium's JDBC sink, in a plugin path of its own: the tests' workers do not
+# load it.
+fetch_jdbc_sink() {
+  local dest=$cache/sink-plugins/debezium-connector-jdbc
+  # Maven Central served debezium-connector-jdbc 3.6.0.Final but not 3.6.1.Final
+  # here (2026-12-05); a plugin has a class loader of its own
+  local version=${SDP_CONNECT_JDBC_SINK_VERSION:-3.6.0.Final}
+  if [ -f "$dest/.sdp-fetched" ]; then echo "$cache/sink-plugins"; return; fi
+  fetch > /dev/null
+  sdp_log "fetching Debezium's JDBC sink connector $version from Maven Central into $dest (once per machine)"
+  # Debezium's poms name Confluent's repository too, which is not reached
+  # here: Maven Central stands for every repository
+  mkdir -p "$cache"
+  cat > "$cache/central-only.xml" <<'XML'
+<settings><mirrors><mirror><id>central-only</id><mirrorOf>*</mirrorOf><url>https://repo.maven.apache.org/maven2</url></mirror></mirrors></settings>
+XML
+  mvn_copy debezium-jdbc "$dest" "
+    <dependency><groupId>io.debezium</groupId><artifactId>debezium-connector-jdbc</artifactId><version>$version</version>
+      <exclusions>
+        <exclusion><groupId>org.apache.kafka</groupId><artifactId>*</artifactId></exclusion>
+        <exclusion><groupId>org.slf4j</groupId><artifactId>*</artifactId></exclusion>
+        <exclusion><groupId>org.hibernate</groupId><artifactId>hibernate-agroal</artifactId></exclusion>
+        <!-- the worker's Jackson: its JsonConverter's modules (ServiceLoader)
+             must see the same com.fasterxml.jackson.databind.Module -->
+        <exclusion><groupId>com.fasterxml.jackson.core</groupId><artifactId>*</artifactId></exclusion>
+      </exclusions>
+    </dependency>
+    <!-- the connection pool it names, hibernate-agroal 7.2.6.Final, is not
+         served: 7.2.0.Final's, beside hibernate-core 7.2.6.Final -->
+    <dependency><groupId>org.hibernate.orm</groupId><artifactId>hibernate-agroal</artifactId><version>7.2.0.Final</version>
+      <exclusions>
+        <exclusion><groupId>org.hibernate.orm</groupId><artifactId>hibernate-core</artifactId></exclusion>
+      </exclusions>
+    </dependency>" -s "$cache/central-only.xml" ||
+    die "mvn could not fetch Debezium's JDBC sink connector $version"
+  missing_kafka_classes "$dest" "$cache/libs" ||
+    die "Debezium's JDBC sink $version does not fit Kafka Connect $kafka_version"
+  chmod -R a+rX "$dest"
+  date -u +%FT%TZ > "$dest/.sdp-fetched"
+  echo "$cache/sink-plugins"
+}
+
 # Whether start can run: fetched, a Java 17 or later, curl and python3.
 check() {
   [ -f "$cache/.sdp-fetched" ] || die "Kafka Connect is not fetched: run bash scripts/connect.sh fetch (as root)"
@@ -193,12 +243,13 @@ check() {
 http_status() { curl -s -o /dev/null -w '%{http_code}' --max-time 5 "$1" 2>/dev/null || true; }
 
 start() {
-  local dir=$1 bootstrap='' parent='' port pid url f connectors=()
+  local dir=$1 bootstrap='' parent='' port pid url f connectors=() plugins=$cache/plugins
   shift
   while [ $# -gt 0 ]; do
     case $1 in
       --bootstrap) bootstrap=$2; shift ;;
       --exit-with) parent=$2; shift ;;
+      --plugin-path) plugins=$2; shift ;;
       *) die "start: unknown option $1" ;;
     esac
     shift
@@ -226,7 +277,7 @@ key.converter=org.apache.kafka.connect.json.JsonConverter
 value.converter=org.apache.kafka.connect.json.JsonConverter
 key.converter.schemas.enable=true
 value.converter.schemas.enable=true
-plugin.path=$cache/plugins
+plugin.path=$plugins
 # Plugins found by their ServiceLoader manifests (Debezium's and Kafka's jars
 # have them) rather than by scanning every class of every jar (the default,
 # hybrid_warn): on 2 cores 5 s to the REST API and 120 MB of RSS, against 15 s
@@ -319,6 +370,7 @@ signal() {  # DIR SIG WAIT_SECONDS
 
 case ${1:-} in
   fetch) fetch ;;
+  fetch-jdbc-sink) fetch_jdbc_sink ;;
   check) check ;;
   start) [ $# -ge 2 ] || die "usage: scripts/connect.sh start DIR --bootstrap HOST:PORT [--exit-with PID]"
          dir=$2; shift 2; start "$dir" "$@" ;;
@@ -326,5 +378,5 @@ case ${1:-} in
   stop)  [ $# -eq 2 ] || die "usage: scripts/connect.sh stop DIR"
          signal "$2" TERM 30 || signal "$2" KILL 10 ;;
   kill)  [ $# -eq 2 ] || die "usage: scripts/connect.sh kill DIR"; signal "$2" KILL 10 ;;
-  *) die "usage: scripts/connect.sh fetch | check | start DIR --bootstrap HOST:PORT [--exit-with PID] | add DIR FILE.json | stop DIR | kill DIR" ;;
+  *) die "usage: scripts/connect.sh fetch | fetch-jdbc-sink | check | start DIR --bootstrap HOST:PORT [--exit-with PID] | add DIR FILE.json | stop DIR | kill DIR" ;;
 esac
