@@ -467,12 +467,13 @@ done
   done
 } > "$dir/chart.dat"
 gnuplot <<GP
-set terminal pngcairo size 1000,420 font ",10" noenhanced
+set terminal pngcairo size 1200,460 font ",10" noenhanced
 set output "$out.png"
 set multiplot layout 1,2 title "sdp_ext and its peers, $(date -u +%F), $n events, Apache Kafka, PostgreSQL 15"
 set style data histograms
 set style fill solid 0.8
 set boxwidth 0.7
+set xtics rotate by -20
 set grid ytics
 set yrange [0:*]
 unset key
