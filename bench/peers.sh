@@ -28,12 +28,14 @@
 #
 # For each peer and mode:
 #   drain      a backlog of EVENTS messages (each a new aircraft) produced
-#              before the peer starts; the rate from the first row's commit
-#              to the last's (track_commit_timestamp), so start-up does not
-#              count; CPU (user + system, /proc) of every process of the peer
-#              and of the PostgreSQL backends it writes through, from its
-#              first row to its last, per 1,000 events; beside it COPY of the
-#              same rows into the same table, emptied (CPU per row, wall rate)
+#              before the peer starts; the peer starts while a session holds
+#              its table in SHARE mode, so that its start-up (a JVM's too) is
+#              over when the lock goes and the measure begins; the rate from
+#              its first commit to its last (track_commit_timestamp); CPU
+#              (user + system, /proc) of every process of the peer and of the
+#              PostgreSQL backends it writes through, from the lock's end to
+#              the last row, per 1,000 events; beside it COPY of the same rows
+#              into the same table, emptied (CPU per row, wall rate)
 #   latency    (append) e2e from the producer's observation time in the
 #              payload (poller_ts, which flight_sim takes when it hands the
 #              message over; its Kafka timestamp too) to the row's commit
