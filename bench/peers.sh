@@ -39,7 +39,8 @@
 #   latency    (append) e2e from the producer's observation time in the
 #              payload (poller_ts, which flight_sim takes when it hands the
 #              message over; its Kafka timestamp too) to the row's commit
-#              time, P50 and P99 over every row, at 1,000 and 10,000 events/s;
+#              time, P50 and P99 over every row, at 1,000 and 10,000 events/s
+#              (sdp_ext also at 50,000, its P99 in the table);
 #              beside it the transport floor (tools/kafka_floor, a bare
 #              consumer of the same messages)
 #   kill       (append) KILL_EVENTS messages produced at 5,000 a second
@@ -57,6 +58,17 @@
 #   full:    300,000 events to drain, 20 s per latency rate, 60,000 for the kill
 #   --quick:  50,000, 8 s, 20,000
 #   PEERS="sdp_ext python" (default: every peer built)
+#   PEERS_EVENTS=N     drain N events instead (the kill and latency sizes stay)
+#   PEERS_PERF=DIR     perf record -g of each drain's measured processes (the
+#                      peer's and its backends), from the lock's end to the
+#                      last row, into DIR/<peer>.<mode>.data
+#   PEERS_STEPS="drain latency kill"  the steps to run (default all three; a
+#                      step left out prints "-" in the table)
+#   PEERS_AB="A.so B.so"  before and after a change of the hot path: sdp_ext's
+#                      drains made PEERS_AB_ROUNDS times (default 3) with each
+#                      build, alternating (the server restarted with each),
+#                      each beside its own COPY; one line per build with the
+#                      medians, then the usual run with the tree's build
 # It installs what is missing, builds and installs sdp_ext into Debian's
 # PostgreSQL 15, fetches Apache Kafka (scripts/kafka.sh), starts its own server
 # (port 5495, TCP on 127.0.0.1 for the JVM peers) and broker, and leaves
@@ -69,6 +81,8 @@ cd "$(dirname "$0")/.."
 quick=0
 [ "${1:-}" = --quick ] && quick=1
 if [ $quick = 1 ]; then n=50000; lat_seconds=8; kill_n=20000; else n=300000; lat_seconds=20; kill_n=60000; fi
+n=${PEERS_EVENTS:-$n}
+steps=" ${PEERS_STEPS:-drain latency kill} "
 peers=${PEERS:-sdp_ext python connect_jdbc kafka_streams flink}
 partitions=8
 port=${BENCH_PORT:-5495}
@@ -347,11 +361,19 @@ drain() {
   ps=$("${peer}_pids" "$name")
   # shellcheck disable=SC2086
   c0=$(cpu_of $ps)
+  local perf=
+  if [ -n "${PEERS_PERF:-}" ]; then
+    mkdir -p "$PEERS_PERF"
+    perf record -g -o "$PEERS_PERF/$peer.$mode.data" -p "$(echo $ps | tr ' ' ,)" > /dev/null 2>&1 &
+    perf=$!
+    sleep 0.5
+  fi
   sql -c "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'bench_lock'" >/dev/null
   wait "$locker" 2>/dev/null || true
   until [ "$(count_of "$table")" -ge "$n" ]; do sleep 0.1; done
   # shellcheck disable=SC2086
   c1=$(cpu_of $ps)
+  if [ -n "$perf" ]; then kill -INT "$perf"; wait "$perf" 2>/dev/null || true; fi
   sdp_log "$name: processes $(echo $ps) CPU ticks $c0 -> $c1"
   secs=$(sql -c "SELECT extract(epoch FROM max(pg_xact_commit_timestamp(xmin)) - min(pg_xact_commit_timestamp(xmin))) FROM $table")
   # the first commit's rows are not in the rate (it starts at their commit)
@@ -420,20 +442,72 @@ killed() {
   echo "$(sql -c "SELECT count(*) - count(DISTINCT seq), $kill_n - count(DISTINCT seq) FROM $table" | tr '|' ' ') $at"
 }
 
+# PEERS_AB: sdp_ext's drain with two builds, alternating
+if [ -n "${PEERS_AB:-}" ]; then
+  read -r -a sos <<<"$PEERS_AB"
+  [ ${#sos[@]} -eq 2 ] || { echo "PEERS_AB needs two .so files" >&2; exit 2; }
+  pkglib=$("$SDP_PG_BIN/pg_config" --pkglibdir)
+  sdp_as_root cp "$pkglib/sdp_ext.so" "$dir/installed.so"
+  for so in "${sos[@]}"; do sdp_as_root cp "$so" "$dir/$(basename "$so").ab"; done
+  declare -A ab
+  for ((r = 1; r <= ${PEERS_AB_ROUNDS:-3}; r++)); do
+    for b in 0 1; do
+      bench_stop
+      sdp_as_root cp "$dir/$(basename "${sos[$b]}").ab" "$pkglib/sdp_ext.so"
+      bench_start
+      for mode in append upsert; do
+        sdp_log "A/B round $r, ${sos[$b]}: draining $n events ($mode)"
+        ab[$b.$mode]+="$(drain sdp_ext "$mode")"$'\n'
+      done
+    done
+  done
+  bench_stop
+  sdp_as_root cp "$dir/installed.so" "$pkglib/sdp_ext.so"
+  bench_start
+  {
+    echo "sdp_ext, two builds, $n events, ${PEERS_AB_ROUNDS:-3} rounds alternating, medians (each drain beside its own COPY)"
+    printf '%-40s %-7s %9s %6s %7s %7s %6s\n' build mode events/s xCOPY "ms/1k" "COPY" xCOPY
+    for b in 0 1; do
+      for mode in append upsert; do
+        printf '%s' "${ab[$b.$mode]}" | awk -v b="${sos[$b]}" -v m="$mode" '
+          { r[NR] = $1; c[NR] = $2; cc[NR] = $3; rr[NR] = $1 / $4; x[NR] = $2 / $3 }
+          function med(a, n,   i, j, t) { for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
+                                         return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }
+          END { printf "%-40s %-7s %9.0f %6.2f %7.2f %7.2f %6.2f\n", b, m, med(r, NR), med(rr, NR), med(c, NR), med(cc, NR), med(x, NR) }'
+      done
+    done
+  } | tee "$out.ab.txt"
+fi
+
+# div A B: A / B, or nan when either is not a number (a step left out)
+div() { awk -v a="$1" -v b="$2" 'BEGIN { r = "^-?[0-9]*[.]?[0-9]+(e[-+]?[0-9]+)?$"
+  if (a ~ r && b ~ r && b + 0 != 0) printf "%.6f\n", a / b; else print "nan" }'; }
+
 declare -A res
 for p in $peers; do
-  for mode in append upsert; do
-    sdp_log "$p: draining $n events ($mode)"
-    res[$p.drain.$mode]=$(drain "$p" "$mode")
-  done
-  sdp_log "$p: latency"
-  make_table "${p}_live" append
-  "${p}_start" "live_$p" "${p}_live" append "${p}_live"
-  res[$p.lat.1000]=$(latency "$p" 1000 100000000)
-  res[$p.lat.10000]=$(latency "$p" 10000 200000000)
-  "${p}_stop" "${p}_live"
-  sdp_log "$p: SIGKILL mid-stream"
-  res[$p.kill]=$(killed "$p")
+  res[$p.drain.append]="nan nan nan nan"; res[$p.drain.upsert]="nan nan nan nan"
+  res[$p.lat.1000]="- - - - -"; res[$p.lat.10000]="- - - - -"; res[$p.lat.50000]="- - - - -"; res[$p.kill]="- - -"
+  if [[ "$steps" == *" drain "* ]]; then
+    for mode in append upsert; do
+      sdp_log "$p: draining $n events ($mode)"
+      res[$p.drain.$mode]=$(drain "$p" "$mode")
+    done
+  fi
+  if [[ "$steps" == *" latency "* ]]; then
+    sdp_log "$p: latency"
+    make_table "${p}_live" append
+    "${p}_start" "live_$p" "${p}_live" append "${p}_live"
+    res[$p.lat.1000]=$(latency "$p" 1000 100000000)
+    res[$p.lat.10000]=$(latency "$p" 10000 200000000)
+    # 50,000 a second: the target is sdp_ext's (the peers fall behind at
+    # 10,000 already, and would take minutes to drain what a run produces)
+    [ "$p" = sdp_ext ] && res[$p.lat.50000]=$(latency "$p" 50000 300000000)
+    "${p}_stop" "${p}_live"
+  fi
+  if [[ "$steps" == *" kill "* ]]; then
+    sdp_log "$p: SIGKILL mid-stream"
+    res[$p.kill]=$(killed "$p")
+  fi
 done
 
 {
@@ -441,31 +515,33 @@ done
   echo "drain: $n events; CPU of the peer's processes and its PostgreSQL backends per 1,000 events; COPY of the same rows beside it"
   echo "latency: producer's time in the payload -> the row's commit time, ms, $lat_seconds s per rate; floor: a bare consumer of the same messages"
   echo "kill: $kill_n events produced at 5,000/s, the peer SIGKILLed at a third and started again: rows written twice, rows missing"
-  printf '%-13s %-7s %9s %6s %7s %6s %9s | %7s %7s %7s | %7s %7s %7s | %5s %5s\n' peer mode events/s xCOPY "ms/1k" xCOPY "ev/cpu-s" \
-    "P50@1k" "P99@1k" floor "P50@10k" "P99@10k" floor dup lost
+  printf '%-13s %-7s %9s %6s %7s %6s %9s | %7s %7s %7s | %7s %7s %7s | %7s %7s | %5s %5s\n' peer mode events/s xCOPY "ms/1k" xCOPY "ev/cpu-s" \
+    "P50@1k" "P99@1k" floor "P50@10k" "P99@10k" floor "P99@50k" floor dup lost
   for p in $peers; do
     for mode in append upsert; do
       read -r rate cpu ccpu crate <<<"${res[$p.drain.$mode]}"
       if [ $mode = append ]; then
         read -r l50 l99 f50 f99 _ <<<"${res[$p.lat.1000]}"
         read -r h50 h99 g50 g99 _ <<<"${res[$p.lat.10000]}"
+        read -r _ k99 _ j99 _ <<<"${res[$p.lat.50000]}"
         read -r dup lost _ <<<"${res[$p.kill]}"
       else
-        l50=- l99=- f99=- h50=- h99=- g99=- dup=- lost=-
+        l50=- l99=- f99=- h50=- h99=- g99=- k99=- j99=- dup=- lost=-
       fi
-      printf '%-13s %-7s %9.0f %6.2f %7.2f %6.2f %9.0f | %7s %7s %7s | %7s %7s %7s | %5s %5s\n' "$p" "$mode" "$rate" \
-        "$(echo "$rate / $crate" | bc -l)" "$cpu" "$(echo "$cpu / $ccpu" | bc -l)" \
-        "$(echo "1000000 / $cpu" | bc -l)" "$l50" "$l99" "$f99" "$h50" "$h99" "$g99" "$dup" "$lost"
+      printf '%-13s %-7s %9.0f %6.2f %7.2f %6.2f %9.0f | %7s %7s %7s | %7s %7s %7s | %7s %7s | %5s %5s\n' "$p" "$mode" "$rate" \
+        "$(div "$rate" "$crate")" "$cpu" "$(div "$cpu" "$ccpu")" \
+        "$(div 1000000 "$cpu")" "$l50" "$l99" "$f99" "$h50" "$h99" "$g99" "$k99" "$j99" "$dup" "$lost"
     done
   done
 } | tee "$out.txt"
 
+if [[ "$steps" == *" drain "* && "$steps" == *" latency "* ]]; then
 # the chart: events per CPU-second (append drain) and P99 at 10,000 events/s
 {
   for p in $peers; do
     read -r _ cpu _ _ <<<"${res[$p.drain.append]}"
     read -r _ h99 _ _ _ <<<"${res[$p.lat.10000]}"
-    echo "$p $(echo "1000000 / $cpu" | bc -l) $h99"
+    echo "$p $(div 1000000 "$cpu") $h99"
   done
 } > "$dir/chart.dat"
 gnuplot <<GP
@@ -486,6 +562,7 @@ plot "$dir/chart.dat" using 3:xtic(1) lc rgb "#cc0000"
 unset multiplot
 GP
 echo "chart: $out.png"
+fi
 
 line="peers:"
 sep=" "
@@ -493,7 +570,7 @@ for p in $peers; do
   read -r _ cpu _ _ <<<"${res[$p.drain.append]}"
   read -r _ h99 _ _ _ <<<"${res[$p.lat.10000]}"
   read -r dup _ <<<"${res[$p.kill]}"
-  line+="$sep$p $(printf '%.0f' "$(echo "1000000 / $cpu" | bc -l)") $h99 $dup"
+  line+="$sep$p $(printf '%.0f' "$(div 1000000 "$cpu")") $h99 $dup"
   sep="; "
 done
 echo "$line" | tee -a "$out.txt"
