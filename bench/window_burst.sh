@@ -74,6 +74,7 @@ $gen tools/sdp_broker "${topics[@]}" --addr-file "$dir/broker.addr" --quiet > "$
 pids+=($!)
 for _ in $(seq 100); do [ -s "$dir/broker.addr" ] && break; sleep 0.1; done
 boot=$(cat "$dir/broker.addr")
+source_options={}   # bench_broker sets it; this broker is started here
 sql -c 'CREATE EXTENSION sdp_ext'
 
 
@@ -102,11 +103,29 @@ copy_floor() {  # flow merchants
     bench=$!
   fi
   sleep 3
-  for ((i = 1; i <= ${#bursts[@]}; i++)); do
-    times+=("$(sql -c 'SET synchronous_commit = off' -c '\timing on' -c "COPY $t FROM '$dir/burst$i.csv' (FORMAT csv)" |
-      sed -n 's/^Time: \([0-9.]*\) ms.*/\1/p')")
-    sleep 0.5
-  done
+  # one session COPYs the bursts, half a second apart; the CPU of its backend
+  # (user + system, /proc) from its first COPY to its last, per burst
+  {
+    echo "SET application_name = 'burst_copy'; SET synchronous_commit = off; SELECT pg_sleep(1);"
+    echo '\timing on'
+    for ((i = 1; i <= ${#bursts[@]}; i++)); do
+      echo "COPY $t FROM '$dir/burst$i.csv' (FORMAT csv);"
+      echo '\timing off'
+      echo "SELECT pg_sleep(0.5);"
+      echo '\timing on'
+    done
+    echo '\timing off'
+    echo "SELECT pg_sleep(2) AS copies_done;"
+  } > "$dir/copies.sql"
+  sql -f "$dir/copies.sql" > "$dir/copies.out" &
+  local copier=$! cpid= c0 c1
+  until [ -n "$cpid" ]; do sleep 0.1; cpid=$(sql -c "SELECT pid FROM pg_stat_activity WHERE application_name = 'burst_copy'"); done
+  c0=$(awk '{print $14 + $15}' "/proc/$cpid/stat")
+  until [ "$(sql -c "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'burst_copy' AND query LIKE '%copies_done%'")" = 1 ]; do sleep 0.1; done
+  c1=$(awk '{print $14 + $15}' "/proc/$cpid/stat")
+  wait "$copier"
+  mapfile -t times < <(sed -n 's/^Time: \([0-9.]*\) ms.*/\1/p' "$dir/copies.out")
+  copy_cpu_ms=$(awk -v c="$((c1 - c0))" -v t="$(getconf CLK_TCK)" -v n="${#bursts[@]}" 'BEGIN { printf "%.1f", c * 1000 / t / n }')
   kill "$sim" 2>/dev/null
   wait "$sim" 2>/dev/null || true
   [ -n "$bench" ] && { wait "$bench" 2>/dev/null || true; }
@@ -114,6 +133,7 @@ copy_floor() {  # flow merchants
   printf '%s\n' "${times[@]}" | sort -n | awk -v m="$m" '{t[NR] = $1} END {
       printf "  %-62s %.1f / %.1f ms (%d bursts)\n",
         "COPY of one burst'"'"'s rows (the floor), " m " merchants, median / max", t[int((NR + 1) / 2)], t[NR], NR}'
+  printf '  %-62s %s ms\n' "COPY of one burst's rows, its backend's CPU, mean" "$copy_cpu_ms"
 }
 
 for merchants in $merchants_list; do
@@ -156,11 +176,13 @@ PGB
   if [ "${BURST_TIMING:-0}" = 1 ]; then
     # "sdp burst of N rows: operate wall W cpu C runq Q preempted P; write ...; commit ...;"
     tail -n +"$((logstart + 1))" "$dir/postgres.log" | grep -o 'sdp burst of .*' |
-      awk '{ n++; oc[n] = $10; wc[n] = $19; rq[n] = $12 + $21 + $30; pr[n] = $14 + $23 + $32 }
+      awk -v copy="${copy_cpu_ms:-}" '{ n++; oc[n] = $10; wc[n] = $19; rq[n] = $12 + $21 + $30; pr[n] = $14 + $23 + $32 }
         function med(a,   i, j, t, m) { m = n; for (i = 1; i <= m; i++) for (j = i + 1; j <= m; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
                                         return m % 2 ? a[(m + 1) / 2] : (a[m / 2] + a[m / 2 + 1]) / 2 }
         END { if (n) printf "  worker per burst, median of %d: CPU firing %.1f ms, writing %.1f ms; waiting for a CPU %.1f ms; preempted %d times\n",
-                             n, med(oc), med(wc), med(rq), med(pr) }'
+                             n, med(oc), med(wc), med(rq), med(pr)
+              if (n && copy != "") { f = med(oc); w = med(wc)
+                printf "  worker per burst, CPU firing + writing beside COPY'"'"'s CPU: %.1f / %s ms = %.2f x\n", f + w, copy, (f + w) / copy } }'
   fi
   if [ "${BURST_DETAIL:-0}" = 1 ]; then
     sql -c "SELECT to_char(emitted_at, 'HH24:MI:SS.MS'), count(*), count(DISTINCT xmin::text),
