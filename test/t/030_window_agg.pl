@@ -14,13 +14,14 @@ use Test::More;
 my $broker = SdpKafka::start_broker(topics => { 'payments' => 4 });
 my $node = SdpTest::new_node('windows');
 SdpPayments::declare($node, $broker);
-# the same stream with retention: its windows (January 2026) are older than 30 days
+# the same stream with retention of 4 minutes: counted back from the flow's
+# watermark (event time: January 2026), not from the wall clock (months later)
 SdpTest::query($node, <<'SQL');
 SELECT sdp_create_window_table('retained_windows');
 SELECT sdp_create_flow('payments_retained', source => 'payments', target => 'retained_windows',
   schema   => 'merchant_id text, event_ts timestamptz',
   operator => 'window_agg',
-  options  => '{"event_time": "event_ts", "idle_timeout": "2 seconds", "checkpoint_interval": "1 second", "retention": "30 days"}');
+  options  => '{"event_time": "event_ts", "idle_timeout": "2 seconds", "checkpoint_interval": "1 second", "retention": "4 minutes"}');
 SELECT sdp_create_aggregation('payments_retained', 'count_1m', group_by => ARRAY['merchant_id'],
   operation => 'count', window_size => '1 minute', allowance => '5 seconds');
 SQL
@@ -65,8 +66,26 @@ SQL
 ok($node->poll_query_until('postgres',
 		"SELECT rows_written > 100 FROM sdp.flow_status WHERE flow = 'payments_retained'"),
 	'the retained flow emitted its windows');
-ok($node->poll_query_until('postgres', 'SELECT count(*) = 0 FROM retained_windows'),
-	'and retention deleted them: they ended more than 30 days ago');
+# The stream's event time runs from 00:00 to 00:05 (and the warm-up's
+# window ends at 23:59), then moves on with the clock while it is quiet
+# (stateful.c, advance_watermark): the windows that end 4 minutes or more
+# before the watermark go, the last ones stay for as long as the stream has
+# been quiet for less than 3 minutes, which the checks below take seconds of.
+ok($node->poll_query_until('postgres', <<'SQL'),
+SELECT count(*) = 0 FROM retained_windows
+ WHERE window_end < (SELECT watermark FROM sdp.flow_status WHERE flow = 'payments_retained') - interval '4 minutes'
+SQL
+	'retention deleted the windows that ended more than 4 minutes before the watermark');
+ok($node->poll_query_until('postgres', "SELECT count(*) = 0 FROM retained_windows WHERE window_end <= '2026-01-01 00:01:00+00'"),
+	'among them the warm-up\'s and the first minute\'s (the watermark past 00:05 once the stream is quiet)');
+is(SdpTest::query($node, <<'SQL'), '0|100', 'and kept the last two minutes\' windows, equal to the events, though they ended months before now');
+WITH truth AS (SELECT merchant_id AS entity, date_trunc('minute', event_ts) AS window_start, count(*)::float8 AS n
+                 FROM payments_all WHERE late IS NOT TRUE AND event_ts >= '2026-01-01 00:03:00+00' GROUP BY 1, 2),
+     kept AS (SELECT entity, window_start, value FROM retained_windows WHERE window_start >= '2026-01-01 00:03:00+00')
+SELECT (SELECT count(*) FROM (SELECT * FROM truth EXCEPT SELECT * FROM kept) d)
+     + (SELECT count(*) FROM (SELECT * FROM kept EXCEPT SELECT * FROM truth) d),
+       (SELECT count(*) FROM kept)
+SQL
 
 # exactly one row per window, readable by key
 is(SdpTest::query($node, "SELECT count(*) - count(DISTINCT (definition, entity, window_start)) FROM payment_windows"),

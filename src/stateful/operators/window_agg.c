@@ -33,7 +33,8 @@
  * error 3.25%).  row_count is the number of rows folded into the window.
  *
  *	options: event_time (required: a timestamptz column of the input),
- *	         idle_timeout (default 10 seconds), retention (default: none)
+ *	         idle_timeout (default 10 seconds), retention (default: none; counted
+ *	         back from the watermark)
  */
 #include "stateful/operators/window_agg.h"
 #include "compat.h"
@@ -975,7 +976,13 @@ window_agg_handle_expired_timer(SdpOperatorContext *ctx, SdpKeyState *ks, const 
 	pfree(sw.final);
 }
 
-/* Retention: windows that ended longer ago than "retention" are deleted. */
+/*
+ * Retention: windows that ended longer than "retention" before the flow's
+ * watermark are deleted.  Event time, not the wall clock: a replay, a
+ * backfill of last year's events or a simulator's clock keeps the windows
+ * it computes, and what a table holds does not depend on when the flow ran.
+ * Before the watermark is known nothing is deleted.
+ */
 static void
 window_agg_maintain(SdpOperatorContext *ctx)
 {
@@ -983,7 +990,8 @@ window_agg_maintain(SdpOperatorContext *ctx)
 	Datum		values[1];
 	Oid			types[1] = {TIMESTAMPTZOID};
 
-	if (cfg->retention_us <= 0)
+	if (cfg->retention_us <= 0 || !sdp_event_time_usable(ctx->watermark) ||
+		ctx->watermark - cfg->retention_us < MIN_TIMESTAMP)
 		return;
 	if (cfg->retention_plan == NULL)
 	{
@@ -993,7 +1001,7 @@ window_agg_maintain(SdpOperatorContext *ctx)
 			elog(ERROR, "could not prepare the retention statement: %s", SPI_result_code_string(SPI_result));
 		SPI_keepplan(cfg->retention_plan);
 	}
-	values[0] = TimestampTzGetDatum(GetCurrentTimestamp() - cfg->retention_us);
+	values[0] = TimestampTzGetDatum(ctx->watermark - cfg->retention_us);
 	if (SPI_execute_plan(cfg->retention_plan, values, NULL, false, 0) != SPI_OK_DELETE)
 		elog(ERROR, "retention of %s failed", ctx->target_relname);
 }
