@@ -475,6 +475,49 @@ finish_schema(SdpInputSchema *schema)
 		schema->field_hint[k] = -1;
 }
 
+/*
+ * The type of an input column: as CREATE TABLE reads it, but an unknown
+ * name is refused naming the column, with the names people mean
+ * ("double" for double precision, "string" for text, ...).
+ */
+static void
+input_column_type(ColumnDef *def, Oid *typid, int32 *typmod)
+{
+	Type		tup = LookupTypeName(NULL, def->typeName, typmod, false);
+	const char *name;
+	const char *hint = NULL;
+
+	if (tup != NULL)
+	{
+		*typid = typeTypeId(tup);
+		ReleaseSysCache(tup);
+		/* a shell type, or a typmod it refuses: as CREATE TABLE says it */
+		typenameTypeIdAndMod(NULL, def->typeName, typid, typmod);
+		return;
+	}
+	name = strVal(llast(def->typeName->names));
+	if (pg_strcasecmp(name, "double") == 0 || pg_strcasecmp(name, "float64") == 0)
+		hint = "Write double precision or float8.";
+	else if (pg_strcasecmp(name, "string") == 0)
+		hint = "Write text (or varchar).";
+	else if (pg_strcasecmp(name, "long") == 0 || pg_strcasecmp(name, "int64") == 0)
+		hint = "Write bigint or int8.";
+	else if (pg_strcasecmp(name, "int32") == 0)
+		hint = "Write integer or int4.";
+	else if (pg_strcasecmp(name, "datetime") == 0 || pg_strcasecmp(name, "timestamp_ms") == 0)
+		hint = "Write timestamptz (or timestamp).";
+	else if (pg_strcasecmp(name, "bytes") == 0)
+		hint = "Write bytea.";
+	else if (pg_strcasecmp(name, "map") == 0 || pg_strcasecmp(name, "object") == 0 ||
+			 pg_strcasecmp(name, "record") == 0 || pg_strcasecmp(name, "struct") == 0)
+		hint = "Write jsonb: an object's fields are read with FROM paths or in the transform.";
+	ereport(ERROR,
+			(errcode(ERRCODE_UNDEFINED_OBJECT),
+			 errmsg("type \"%s\" of input column \"%s\" does not exist",
+					TypeNameToString(def->typeName), def->colname),
+			 errhint("%s", hint ? hint : "Write a PostgreSQL type, e.g. text, bigint, float8, numeric, boolean, timestamptz or jsonb.")));
+}
+
 SdpInputSchema *
 sdp_parse_input_schema(const char *schema_text)
 {
@@ -551,7 +594,7 @@ sdp_parse_input_schema(const char *schema_text)
 			col->path[0].keylen = col->namelen;
 			col->path[0].index = -1;
 		}
-		typenameTypeIdAndMod(NULL, def->typeName, &col->typid, &col->typmod);
+		input_column_type(def, &col->typid, &col->typmod);
 		col->kind = decode_kind_for(col->name, col->typid, col->typmod);
 		getTypeInputInfo(col->typid, &typinput, &col->typioparam);
 		fmgr_info(typinput, &col->infunc);

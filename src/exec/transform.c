@@ -23,6 +23,7 @@
 #include "nodes/parsenodes.h"
 #include "nodes/params.h"
 #include "parser/parsetree.h"
+#include "utils/builtins.h"
 #include "utils/memutils.h"
 #include "utils/plancache.h"
 #include "utils/queryenvironment.h"
@@ -127,6 +128,18 @@ sdp_transform_prepare_generated(SdpTransform *t, SdpInputSchema *schema, const c
 	transform_prepare(t, schema, sql, true, nparams, paramtypes);
 }
 
+/* The columns of "input", for a hint: "icao24, lat, ..., kafka_headers". */
+static char *
+input_column_names(TupleDesc desc)
+{
+	StringInfoData buf;
+
+	initStringInfo(&buf);
+	for (int i = 0; i < desc->natts; i++)
+		appendStringInfo(&buf, "%s%s", i > 0 ? ", " : "", quote_identifier(NameStr(TupleDescAttr(desc, i)->attname)));
+	return buf.data;
+}
+
 static void
 transform_prepare(SdpTransform *t, SdpInputSchema *schema, const char *sql, bool generated,
 				  int nparams, const Oid *paramtypes)
@@ -157,7 +170,29 @@ transform_prepare(SdpTransform *t, SdpInputSchema *schema, const char *sql, bool
 		error_context_stack = &errcb;
 
 	sdp_register_rows(SDP_INPUT_RELATION, schema->tupdesc, NULL, 0);
-	t->plan = SPI_prepare(sql, nparams, (Oid *) paramtypes);
+	PG_TRY();
+	{
+		t->plan = SPI_prepare(sql, nparams, (Oid *) paramtypes);
+	}
+	PG_CATCH();
+	{
+		/* a column the query names that "input" has not: say which it has (rethrown) */
+		if (!generated && geterrcode() == ERRCODE_UNDEFINED_COLUMN)
+		{
+			ErrorData  *edata;
+
+			MemoryContextSwitchTo(cxt);
+			edata = CopyErrorData();
+			FlushErrorState();
+			if (edata->hint == NULL)
+				edata->hint = psprintf("The relation \"input\" has the columns of the flow's schema and the Kafka metadata: %s. "
+									   "Declare a field of the messages in the schema to read it.",
+									   input_column_names(schema->tupdesc));
+			ReThrowError(edata);
+		}
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
 	MemoryContextSwitchTo(cxt);		/* SPI calls return in SPI's own context */
 	if (t->plan == NULL)
 		elog(ERROR, "SPI_prepare failed for the transform: %s", SPI_result_code_string(SPI_result));

@@ -32,6 +32,9 @@ SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'nope', 'positions', 'icao2
 SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text,, lat')$$);
 SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text); DROP TABLE positions; --')$$);
 SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 no_such_type')$$);
+-- the names other systems use: the column named, and the PostgreSQL type meant
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text, lat double')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 string')$$);
 SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text NOT NULL')$$);
 SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'tags text[]')$$);
 SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text, icao24 text')$$);
