@@ -57,6 +57,20 @@ _PG_init(void)
 	 * server's would consume and commit while its catalogs are dumped, the
 	 * new server's would start from catalogs half restored).
 	 */
+	/*
+	 * Flow workers are background workers: they share max_worker_processes
+	 * with this extension's launcher and PostgreSQL's own (the logical
+	 * replication launcher, parallel query).  Say at start when it leaves
+	 * fewer than sdp.max_flows, rather than when a flow waits for a slot.
+	 */
+	if (!IsBinaryUpgrade && max_worker_processes < sdp_max_flows + 2)
+		ereport(WARNING,
+				(errmsg("sdp_ext: max_worker_processes (%d) leaves room for at most %d flow workers, fewer than sdp.max_flows (%d)",
+						max_worker_processes, Max(max_worker_processes - 2, 0), sdp_max_flows),
+				 errdetail("Flow workers share max_worker_processes with the sdp_ext launcher and PostgreSQL's logical replication launcher and parallel workers."),
+				 errhint("Set max_worker_processes to at least %d (sdp.max_flows + 2, more for parallel query) and restart the server.",
+						 sdp_max_flows + 2)));
+
 	if (IsBinaryUpgrade)
 		ereport(LOG,
 				(errmsg("sdp_ext: the server runs in binary-upgrade mode (pg_upgrade): no flow runs")));

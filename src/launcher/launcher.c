@@ -83,7 +83,8 @@ typedef struct WantedFlow
 	bool		owner_can_login;	/* the worker logs in as the owner */
 	bool		wanted;			/* enabled and not failed */
 	int			workers;		/* the flow option workers */
-	int32		decl_hash;		/* its schema, transform and options: a change restarts its workers */
+	int32		decl_hash;		/* its schema, transform and options, and its source's brokers and
+								 * options (sdp_alter_source): a change restarts its workers */
 	uint64		have;			/* the workers that have a slot (bit worker_no) */
 	bool		leaving;		/* workers of an earlier incarnation or layout are still stopping */
 } WantedFlow;
@@ -269,8 +270,10 @@ read_flows(int *nflows)
 	}
 	if (SPI_execute(psprintf("SELECT f.id, f.name, f.enabled AND f.failed_at IS NULL, r.oid, f.owner::text, r.rolcanlogin, "
 							 "       coalesce((f.options->>'workers')::int, 1), "
-							 "       hashtext(f.schema || E'\\x01' || coalesce(f.transform, '') || E'\\x01' || f.options::text) "
+							 "       hashtext(f.schema || E'\\x01' || coalesce(f.transform, '') || E'\\x01' || f.options::text "
+							 "                || E'\\x01' || coalesce(s.bootstrap_servers, '') || E'\\x01' || coalesce(s.options::text, '')) "
 							 "  FROM sdp.flows f LEFT JOIN pg_catalog.pg_roles r ON r.oid = %s "
+							 "  LEFT JOIN sdp.sources s ON s.name = f.source "
 							 " ORDER BY f.id", sdp_owner_oid_sql("f.owner")),
 					true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read sdp.flows");

@@ -49,6 +49,7 @@
 
 PG_FUNCTION_INFO_V1(sdp_create_source);
 PG_FUNCTION_INFO_V1(sdp_drop_source);
+PG_FUNCTION_INFO_V1(sdp_alter_source);
 PG_FUNCTION_INFO_V1(sdp_create_sink);
 PG_FUNCTION_INFO_V1(sdp_drop_sink);
 PG_FUNCTION_INFO_V1(sdp_create_flow);
@@ -256,6 +257,29 @@ kafka_endpoint_row(const char *what, const char *table, char *name, char *server
 }
 
 /*
+ * A source's options as stored: a starting_offsets timestamp in UTC (the
+ * workers need not share the declaring session's TimeZone).  SPI is
+ * connected.
+ */
+static Datum
+source_options_to_store(Datum options, const SdpSourceDef *def)
+{
+	Oid			settypes[2] = {JSONBOID, TIMESTAMPTZOID};
+	Datum		setvalues[2];
+	bool		isnull;
+
+	if (!def->start_at_time_set)
+		return options;
+	setvalues[0] = options;
+	setvalues[1] = TimestampTzGetDatum(def->start_at_time);
+	if (SPI_execute_with_args("SELECT pg_catalog.jsonb_set($1, '{starting_offsets}', "
+							  "  pg_catalog.to_jsonb(pg_catalog.to_char($2 AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')))",
+							  2, settypes, setvalues, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not store starting_offsets");
+	return SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+}
+
+/*
  * sdp_create_source(name, bootstrap_servers, topic, options jsonb)
  */
 Datum
@@ -278,19 +302,7 @@ sdp_create_source(PG_FUNCTION_ARGS)
 
 	SPI_connect();
 	kafka_endpoint_row("source", "sources", name, servers, topic, options, values);
-	if (def.start_at_time_set)
-	{
-		/* stored in UTC: the workers need not share the declaring session's TimeZone */
-		Oid			settypes[2] = {JSONBOID, TIMESTAMPTZOID};
-		Datum		setvalues[2] = {values[3], TimestampTzGetDatum(def.start_at_time)};
-		bool		isnull;
-
-		if (SPI_execute_with_args("SELECT pg_catalog.jsonb_set($1, '{starting_offsets}', "
-								  "  pg_catalog.to_jsonb(pg_catalog.to_char($2 AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')))",
-								  2, settypes, setvalues, NULL, true, 1) != SPI_OK_SELECT)
-			elog(ERROR, "could not store starting_offsets");
-		values[3] = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
-	}
+	values[3] = source_options_to_store(values[3], &def);
 	values[4] = ObjectIdGetDatum(GetUserId());
 	sdp_catalog_execute(psprintf("INSERT INTO sdp.sources (name, bootstrap_servers, topic, options, owner) "
 							 "VALUES ($1, $2, $3, $4, %s)", sdp_owner_value_sql("$5")),
@@ -340,6 +352,103 @@ Datum
 sdp_drop_source(PG_FUNCTION_ARGS)
 {
 	drop_kafka_endpoint(fcinfo, "source", "sources", "source", "read from");
+	PG_RETURN_VOID();
+}
+
+/*
+ * sdp_alter_source(name, bootstrap_servers, options): a source's brokers
+ * and client properties changed without dropping its flows.  NULL keeps
+ * what is there; options are merged into the stored ones (a key set to
+ * JSON null removes it).  The result is checked as sdp_create_source checks
+ * a new source, for the caller (its owner) and for the owner of every flow
+ * that reads it (they run its clients).  Once this commits, the launcher
+ * sees the declaration of those flows changed (launcher.c hashes the
+ * source's row with the flow's) and restarts their workers at a batch
+ * boundary: their offsets stay.
+ */
+Datum
+sdp_alter_source(PG_FUNCTION_ARGS)
+{
+	char	   *name;
+	char	   *servers;
+	Jsonb	   *given = PG_ARGISNULL(2) ? NULL : PG_GETARG_JSONB_P(2);
+	Jsonb	   *merged;
+	SdpSourceDef def;
+	Oid			owner;
+	char	   *owner_name;
+	Oid			argtypes[3] = {TEXTOID, TEXTOID, JSONBOID};
+	Datum		values[3];
+	bool		isnull;
+	uint64		nflows;
+	Oid		   *flow_owners;
+	char	  **flow_names;
+
+	sdp_require_shmem();
+	sdp_require_flow_database();
+	name = checked_name(fcinfo, 0, "source");
+	if (!PG_ARGISNULL(1) && VARSIZE_ANY_EXHDR(PG_GETARG_TEXT_PP(1)) == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("bootstrap_servers must not be empty"),
+				 errhint("Give the brokers as host:port[,host:port...], or NULL to keep them.")));
+	if (given != NULL && !JB_ROOT_IS_OBJECT(given))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("options of source \"%s\" must be a JSON object", name),
+				 errhint("Give the properties to change, e.g. '{\"fetch.wait.max.ms\": \"5\"}'; a key set to null removes it.")));
+
+	SPI_connect();
+	if (!lookup_owner("sources", name, &owner, &owner_name))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("source \"%s\" does not exist", name)));
+	sdp_check_owner(owner, owner_name, "source", name);
+
+	/* the row locked; the options merged, JSON nulls removed */
+	values[0] = CStringGetTextDatum(name);
+	values[1] = (Datum) 0;
+	values[2] = given ? JsonbPGetDatum(given) : DirectFunctionCall1(jsonb_in, CStringGetDatum("{}"));
+	sdp_catalog_execute("SELECT s.bootstrap_servers, "
+						"       (SELECT coalesce(pg_catalog.jsonb_object_agg(e.key, e.value) "
+						"                          FILTER (WHERE pg_catalog.jsonb_typeof(e.value) <> 'null'), '{}') "
+						"          FROM pg_catalog.jsonb_each(coalesce(s.options, '{}') || $3) e) "
+						"  FROM sdp.sources s WHERE s.name = $1 FOR UPDATE",
+						3, argtypes, values, " n ", false);
+	servers = PG_ARGISNULL(1) ? SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1)
+		: text_to_cstring(PG_GETARG_TEXT_PP(1));
+	merged = DatumGetJsonbPCopy(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
+
+	memset(&def, 0, sizeof(def));
+	sdp_parse_source_options(merged, &def);
+	kafka_validate_properties(def.properties);
+	kafka_properties_check_role(GetUserId(), psprintf("source \"%s\"", name), servers, def.properties);
+
+	/* every flow reading it runs its clients as the flow's owner */
+	sdp_catalog_execute(psprintf("SELECT %s, name FROM sdp.flows WHERE source = $1 ORDER BY name",
+								 sdp_owner_oid_sql("owner")),
+						1, argtypes, values, NULL, true);
+	nflows = SPI_processed;
+	flow_owners = palloc(sizeof(Oid) * Max(nflows, 1));
+	flow_names = palloc(sizeof(char *) * Max(nflows, 1));
+	for (uint64 i = 0; i < nflows; i++)
+	{
+		flow_owners[i] = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));
+		if (isnull)
+			flow_owners[i] = InvalidOid;
+		flow_names[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2);
+	}
+	for (uint64 i = 0; i < nflows; i++)
+		if (OidIsValid(flow_owners[i]) && flow_owners[i] != GetUserId())
+			kafka_properties_check_role(flow_owners[i], psprintf("flow \"%s\" (source \"%s\")", flow_names[i], name),
+										servers, def.properties);
+
+	values[1] = CStringGetTextDatum(servers);
+	values[2] = source_options_to_store(JsonbPGetDatum(merged), &def);
+	sdp_catalog_execute("UPDATE sdp.sources SET bootstrap_servers = $2, options = $3 WHERE name = $1",
+						3, argtypes, values, NULL, false);
+	SPI_finish();
+
+	sdp_wake_launcher_at_commit();
 	PG_RETURN_VOID();
 }
 

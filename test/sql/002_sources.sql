@@ -52,8 +52,27 @@ SELECT count(*) AS visible_to_other_role FROM sdp.source_list;
 SELECT sdp_create_source('own', 'broker:9093', 'mine', '{"sasl.password": "p4ss", "sasl.username": "me"}');
 SELECT name, options FROM sdp.source_list;
 SELECT pg_temp.refused($$SELECT sdp_drop_source('flights')$$);
+SELECT pg_temp.refused($$SELECT sdp_alter_source('flights', 'broker:9093')$$);
+-- its own source: a credential changed through sdp_alter_source stays masked
+SELECT sdp_alter_source('own', options => '{"sasl.password": "n3w"}');
+SELECT name, options FROM sdp.source_list;
 RESET ROLE;
 SELECT name, options->>'sasl.password' AS shown_password FROM sdp.source_list ORDER BY name;
+
+-- Altering: brokers and options changed, options merged (null removes a key),
+-- checked as a new source's are; nothing changed by a refusal
+SELECT sdp_alter_source('flights', options => '{"client.rack": null, "fetch.wait.max.ms": "7", "client.id": "c1"}');
+SELECT sdp_alter_source('flights', '127.0.0.1:19');
+SELECT sdp_alter_source('flights');
+SELECT bootstrap_servers, options FROM sdp.sources WHERE name = 'flights';
+SELECT pg_temp.refused($$SELECT sdp_alter_source('nope', '127.0.0.1:9')$$);
+SELECT pg_temp.refused($$SELECT sdp_alter_source(NULL)$$);
+SELECT pg_temp.refused($$SELECT sdp_alter_source('flights', '')$$);
+SELECT pg_temp.refused($$SELECT sdp_alter_source('flights', options => '[1]')$$);
+SELECT pg_temp.refused($$SELECT sdp_alter_source('flights', options => '{"enable.auto.commit": "true"}')$$);
+SELECT pg_temp.refused($$SELECT sdp_alter_source('flights', options => '{"fetch.wait.max.ms": "soon"}')$$);
+SELECT pg_temp.refused($$SELECT sdp_alter_source('flights', options => '{"starting_offsets": "middle"}')$$);
+SELECT bootstrap_servers, options FROM sdp.sources WHERE name = 'flights';
 
 -- Dropping
 SELECT sdp_drop_source('own');

@@ -97,6 +97,7 @@ my %added = (
 	'0.8' => { symbol => 'sdp_avro_to_json', args => '(text, bytea, boolean)' },
 	'0.9' => { symbol => 'sdp_row_avro', args => '(record, integer)' },
 	'0.10' => { symbol => 'sdp_backfill', args => '(text, text, jsonb, text[], boolean)' },
+	'0.11' => { symbol => 'sdp_alter_source', args => '(text, text, jsonb)' },
 );
 # From 0.4 on a third flow writes to a Kafka sink across the upgrade.
 my $with_sink = at_least($old_version, '0.4');
@@ -272,6 +273,15 @@ if (at_least($new_version, '0.10'))
 	is(SdpTest::query($node, "SELECT count(*) FROM sdp.backfill_status"), '0', '0.10: sdp.backfill_status, empty');
 	my ($ret, $out, $err) = $node->psql('postgres', "SELECT sdp_backfill('zone_flow', 'SELECT * FROM zones')");
 	like($err, qr/flow "zone_flow" is running/, '0.10: sdp_backfill refuses a running flow');
+}
+if (at_least($new_version, '0.11'))
+{
+	# 0.11: sdp.flow_overview, sdp.flow_status's sink; sdp_alter_source on a source a running flow reads
+	is(SdpTest::query($node, "SELECT count(*) FROM sdp.flow_overview"), scalar(@flows), '0.11: sdp.flow_overview, a row per flow');
+	is(SdpTest::query($node, "SELECT count(sink) FROM sdp.flow_status"), $with_sink ? '1' : '0', '0.11: sdp.flow_status names the sink');
+	SdpTest::query($node, q{SELECT sdp_alter_source('zflights', options => '{"client.id": "after-0.11"}')});
+	is(SdpTest::query($node, "SELECT options->>'client.id' FROM sdp.sources WHERE name = 'zflights'"), 'after-0.11',
+		'0.11: sdp_alter_source changed the source of a running flow (it restarts at a batch boundary)');
 }
 # (40 s of messages; the restart waits only for the first of them to be
 # written: on a loaded machine the flow took 32 s to write 3,000 of them,
