@@ -5,7 +5,8 @@
 # table and the same enrich (examples/flights.sql's flight_phase,
 # squawk_alert and zone lookup), through each peer:
 #
-#   sdp_ext        a flow (append, and upsert by icao24)
+#   sdp_ext        a flow (append, and upsert by icao24; and plain, without
+#                  transform: the declared fields into a table of them)
 #   python         bench/peers/glue.py: confluent-kafka and psycopg 3, COPY
 #                  (append) or executemany INSERT ... ON CONFLICT (upsert) per
 #                  batch, the offsets stored in a table in the same
@@ -154,9 +155,13 @@ tools/flight_sim --bootstrap "$boot" --topic backlog --aircraft "$n" --count "$n
 columns='seq bigint, icao24 text, callsign text, lat float8, lon float8, baro_alt float8, vert_rate float8,
   squawk text, velocity float8, heading float8, poller_ts timestamptz, flight_phase text, squawk_alert text,
   zone text, updated_at timestamptz DEFAULT now()'
-make_table() {  # name append|upsert
-  sql -c "SET client_min_messages = warning; DROP TABLE IF EXISTS $1; CREATE TABLE $1 ($columns$([ "$2" = upsert ] && echo ', PRIMARY KEY (icao24)'))"
+make_table() {  # name append|upsert|plain (plain: the input's columns only, for a flow without transform)
+  local cols=$columns
+  [ "$2" = plain ] && cols=$schema
+  sql -c "SET client_min_messages = warning; DROP TABLE IF EXISTS $1; CREATE TABLE $1 ($cols$([ "$2" = upsert ] && echo ', PRIMARY KEY (icao24)'))"
 }
+# the drain's modes of a peer: sdp_ext also without transform (plain: decode and write alone)
+modes_of() { if [ "$1" = sdp_ext ]; then echo append upsert plain; else echo append upsert; fi; }
 
 # ---- the peers: start TOPIC TABLE MODE NAME; pids NAME (to measure); kill NAME; stop NAME
 
@@ -181,8 +186,12 @@ sdp_ext_declare() {
   sql >/dev/null <<SQL
 BEGIN;
 SELECT sdp_create_source('$4', '$boot', '$1', '{"starting_offsets": "earliest"}');
-SELECT sdp_create_flow('$4', source => '$4', target => '$2', schema => '$schema',
-  transform => \$t\$ ${transform//positions/$2} \$t\$, options => '{"mode": "$3"}');
+$(if [ "$3" = plain ]; then
+  echo "SELECT sdp_create_flow('$4', source => '$4', target => '$2', schema => '$schema', options => '{\"mode\": \"append\"}');"
+else
+  echo "SELECT sdp_create_flow('$4', source => '$4', target => '$2', schema => '$schema',
+  transform => \$t\$ ${transform//positions/$2} \$t\$, options => '{\"mode\": \"$3\"}');"
+fi)
 ${5:-}
 COMMIT;
 SQL
@@ -455,7 +464,7 @@ if [ -n "${PEERS_AB:-}" ]; then
       bench_stop
       sdp_as_root cp "$dir/$(basename "${sos[$b]}").ab" "$pkglib/sdp_ext.so"
       bench_start
-      for mode in append upsert; do
+      for mode in $(modes_of sdp_ext); do
         sdp_log "A/B round $r, ${sos[$b]}: draining $n events ($mode)"
         ab[$b.$mode]+="$(drain sdp_ext "$mode")"$'\n'
       done
@@ -468,7 +477,7 @@ if [ -n "${PEERS_AB:-}" ]; then
     echo "sdp_ext, two builds, $n events, ${PEERS_AB_ROUNDS:-3} rounds alternating, medians (each drain beside its own COPY)"
     printf '%-40s %-7s %9s %6s %7s %7s %6s\n' build mode events/s xCOPY "ms/1k" "COPY" xCOPY
     for b in 0 1; do
-      for mode in append upsert; do
+      for mode in $(modes_of sdp_ext); do
         printf '%s' "${ab[$b.$mode]}" | awk -v b="${sos[$b]}" -v m="$mode" '
           { r[NR] = $1; c[NR] = $2; cc[NR] = $3; rr[NR] = $1 / $4; x[NR] = $2 / $3 }
           function med(a, n,   i, j, t) { for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
@@ -485,10 +494,10 @@ div() { awk -v a="$1" -v b="$2" 'BEGIN { r = "^-?[0-9]*[.]?[0-9]+(e[-+]?[0-9]+)?
 
 declare -A res
 for p in $peers; do
-  res[$p.drain.append]="nan nan nan nan"; res[$p.drain.upsert]="nan nan nan nan"
+  for mode in $(modes_of "$p"); do res[$p.drain.$mode]="nan nan nan nan"; done
   res[$p.lat.1000]="- - - - -"; res[$p.lat.10000]="- - - - -"; res[$p.lat.50000]="- - - - -"; res[$p.kill]="- - -"
   if [[ "$steps" == *" drain "* ]]; then
-    for mode in append upsert; do
+    for mode in $(modes_of "$p"); do
       sdp_log "$p: draining $n events ($mode)"
       res[$p.drain.$mode]=$(drain "$p" "$mode")
     done
@@ -518,7 +527,7 @@ done
   printf '%-13s %-7s %9s %6s %7s %6s %9s | %7s %7s %7s | %7s %7s %7s | %7s %7s | %5s %5s\n' peer mode events/s xCOPY "ms/1k" xCOPY "ev/cpu-s" \
     "P50@1k" "P99@1k" floor "P50@10k" "P99@10k" floor "P99@50k" floor dup lost
   for p in $peers; do
-    for mode in append upsert; do
+    for mode in $(modes_of "$p"); do
       read -r rate cpu ccpu crate <<<"${res[$p.drain.$mode]}"
       if [ $mode = append ]; then
         read -r l50 l99 f50 f99 _ <<<"${res[$p.lat.1000]}"
