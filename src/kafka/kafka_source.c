@@ -133,7 +133,8 @@ kafka_validate_properties(List *properties)
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("librdkafka property \"%s\" cannot be set on a source", key),
 					 errdetail("sdp_ext sets it itself: offsets are committed in PostgreSQL with the flow's rows."),
-					 errhint("Give the brokers as the bootstrap_servers argument.")));
+					 (strcmp(key, "bootstrap.servers") == 0 || strcmp(key, "metadata.broker.list") == 0) ?
+					 errhint("Give the brokers as the bootstrap_servers argument.") : 0));
 		}
 		/* setting it would load its code here, in the caller's backend: the worker checks it */
 		if (kafka_property_loads_code(key))

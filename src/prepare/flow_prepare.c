@@ -287,6 +287,13 @@ prepare_table_flow(const SdpFlowDecl *decl, SdpFlowPrepared *out, SdpTransform *
 							? SDP_SKIP_META | (opts->envelope == SDP_ENVELOPE_DEBEZIUM ? SDP_SKIP_DEBEZIUM : 0) : 0);
 }
 
+static void
+schema_error_context(void *arg)
+{
+	if (arg != NULL)
+		errcontext("input schema of flow \"%s\"", (const char *) arg);
+}
+
 /*
  * Check and prepare the declaration, as the current user (its owner).
  * Errors are the declaration's refusals, with their SQLSTATEs.  A worker's
@@ -301,6 +308,7 @@ sdp_flow_prepare(const SdpFlowDecl *decl, SdpFlowPrepared *out, bool for_worker)
 	bool		has_sink = decl->sink != NULL && decl->sink->name != NULL;
 	SdpTransform own;
 	int			guc_level = 0;
+	ErrorContextCallback schema_errcb;
 
 	memset(out, 0, sizeof(SdpFlowPrepared));
 
@@ -320,6 +328,11 @@ sdp_flow_prepare(const SdpFlowDecl *decl, SdpFlowPrepared *out, bool for_worker)
 	if (!for_worker)
 		check_declared_options(decl, out->op, has_sink);
 
+	/* an error in the schema names the flow (the field is in its message) */
+	schema_errcb.callback = schema_error_context;
+	schema_errcb.arg = (void *) decl->name;
+	schema_errcb.previous = error_context_stack;
+	error_context_stack = &schema_errcb;
 	if (opts->envelope == SDP_ENVELOPE_DEBEZIUM)
 	{
 		out->schema = sdp_debezium_row_schema(decl->schema_text);
@@ -327,6 +340,7 @@ sdp_flow_prepare(const SdpFlowDecl *decl, SdpFlowPrepared *out, bool for_worker)
 	}
 	else
 		out->schema = sdp_parse_input_schema(decl->schema_text);
+	error_context_stack = schema_errcb.previous;
 
 	if (!for_worker)
 		PushActiveSnapshot(GetTransactionSnapshot());
