@@ -99,3 +99,38 @@ max_worker_processes = 16
 ${4:-}
 CONF
 }
+
+# N distinct free loopback ports, below the kernel's ephemeral range (an
+# outgoing connection takes its local port from that range, and could hold a
+# port chosen there before the server binds it), each held until all are
+# chosen (ports taken one at a time can come out the same).
+sdp_free_ports() {
+  python3 -c 'import random, socket, sys
+low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+top = min(low, 32768) - 1
+bottom = max(1024, top - 12000)
+socks = []
+for _ in range(10000):
+    if len(socks) == int(sys.argv[1]):
+        break
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", random.randint(bottom, top)))
+        socks.append(s)
+    except OSError:
+        s.close()
+while len(socks) < int(sys.argv[1]):
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    socks.append(s)
+print(" ".join(str(s.getsockname()[1]) for s in socks))
+for s in socks:
+    s.close()' "$1"
+}
+
+# The major version of a java command (17, 21, ...), 0 if it does not run.
+sdp_java_major() {
+  local v
+  v=$("$1" -version 2>&1 | sed -n 's/.* version "\([0-9]*\).*/\1/p' | head -1) || true
+  echo "${v:-0}"
+}

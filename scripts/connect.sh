@@ -89,16 +89,7 @@ plugin=debezium-connector-postgres
 
 die() { sdp_log "$*"; exit 1; }
 
-free_port() {
-  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
-}
 
-# The major version of a java command (17, 21, ...), 0 if it does not run.
-java_major() {
-  local v
-  v=$("$1" -version 2>&1 | sed -n 's/.* version "\([0-9]*\).*/\1/p' | head -1) || true
-  echo "${v:-0}"
-}
 
 # mvn dependency:copy-dependencies of the dependencies XML into directory OUT
 # (more mvn arguments after it)
@@ -233,7 +224,7 @@ XML
 # Whether start can run: fetched, a Java 17 or later, curl and python3.
 check() {
   [ -f "$cache/.sdp-fetched" ] || die "Kafka Connect is not fetched: run bash scripts/connect.sh fetch (as root)"
-  [ "$(java_major "$java")" -ge 17 ] || die "Kafka Connect $kafka_version needs Java 17 or later ($java)"
+  [ "$(sdp_java_major "$java")" -ge 17 ] || die "Kafka Connect $kafka_version needs Java 17 or later ($java)"
   command -v curl >/dev/null || die "curl is missing (apt-get install curl)"
   command -v python3 >/dev/null || die "python3 is missing (apt-get install python3)"
   echo "$cache"
@@ -262,7 +253,7 @@ start() {
   if [ -f "$dir/port" ]; then
     port=$(cat "$dir/port")   # a restart: the same port and offsets
   else
-    port=$(free_port)
+    port=$(sdp_free_ports 1)
     echo "$port" > "$dir/port"
   fi
   # Written at every start: the brokers' address may have changed.

@@ -51,39 +51,13 @@ tls_password=sdp-tls-secret
 # one fixed cluster id: the formatted storage is a template, copied for each broker
 cluster_id=c2RwX2V4dC1rYWZrYQ
 
+. scripts/common.sh
 log() { printf '==> %s\n' "$*" >&2; }
 die() { log "$*"; exit 1; }
 
 java_cmd() { java -Xms"$heap" -Xmx"$heap" -cp "$cache/libs/*" "$@"; }
 
 
-# N distinct free loopback ports, below the kernel's ephemeral range (an
-# outgoing connection takes its local port from that range, and could hold a
-# port chosen there before the server binds it), each held until all are
-# chosen (ports taken one at a time can come out the same).
-free_ports() {
-  python3 -c 'import random, socket, sys
-low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
-top = min(low, 32768) - 1
-bottom = max(1024, top - 12000)
-socks = []
-for _ in range(10000):
-    if len(socks) == int(sys.argv[1]):
-        break
-    s = socket.socket()
-    try:
-        s.bind(("127.0.0.1", random.randint(bottom, top)))
-        socks.append(s)
-    except OSError:
-        s.close()
-while len(socks) < int(sys.argv[1]):
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    socks.append(s)
-print(" ".join(str(s.getsockname()[1]) for s in socks))
-for s in socks:
-    s.close()' "$1"
-}
 
 # server.properties for the ports (PLAINTEXT, SASL_SSL, SSL, CONTROLLER) and data directory
 write_properties() {  # FILE DATA PLAIN SASL SSL CTRL
@@ -190,7 +164,7 @@ start() {
   if [ -f "$dir/ports" ]; then
     read -r plain sasl ssl ctrl < "$dir/ports"   # a restart: the same ports and data
   else
-    read -r plain sasl ssl ctrl < <(free_ports 4)
+    read -r plain sasl ssl ctrl < <(sdp_free_ports 4)
     echo "$plain $sasl $ssl $ctrl" > "$dir/ports"
     cp -r "$cache/template" "$dir/data"
     write_properties "$dir/server.properties" "$dir/data" "$plain" "$sasl" "$ssl" "$ctrl"

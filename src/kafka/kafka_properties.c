@@ -43,6 +43,8 @@
 #include "utils/acl.h"
 #include "utils/builtins.h"
 
+#include "decl/flow_options.h"
+
 char	   *sdp_allowed_hosts = NULL;
 
 typedef enum PropertyKind
@@ -695,4 +697,53 @@ kafka_take_refused_host(char *buf, size_t len)
 	refused_pending = false;
 	pthread_mutex_unlock(&refused_lock);
 	return pending;
+}
+
+/*
+ * Check a source's or a sink's librdkafka properties without connecting
+ * anywhere, when it is declared: unknown names and invalid values are
+ * refused here rather than when a flow starts.  what: "source" or "sink";
+ * reserved: the properties sdp_ext sets itself (why_reserved says why);
+ * hint: what the options are.  The formats' and the registry's options are
+ * flow_options.c's to check, and a property that loads code is the
+ * worker's (setting it here would load it in the caller's backend).  Which
+ * role may set which is kafka_properties_check_role's to say, before this.
+ */
+void
+kafka_properties_validate(List *properties, const char *what, const char *const *reserved, int nreserved,
+						  const char *why_reserved, const char *hint)
+{
+	rd_kafka_conf_t *conf = rd_kafka_conf_new();
+	ListCell   *lc;
+	char		errstr[512];
+
+	for (lc = list_head(properties); lc != NULL; lc = lnext(properties, lnext(properties, lc)))
+	{
+		const char *key = lfirst(lc);
+		const char *val = lfirst(lnext(properties, lc));
+
+		for (int i = 0; i < nreserved; i++)
+		{
+			if (strcmp(key, reserved[i]) != 0)
+				continue;
+			rd_kafka_conf_destroy(conf);
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("librdkafka property \"%s\" cannot be set on a %s", key, what),
+					 errdetail("sdp_ext sets it itself: %s", why_reserved),
+					 (strcmp(key, "bootstrap.servers") == 0 || strcmp(key, "metadata.broker.list") == 0) ?
+					 errhint("Give the brokers as the bootstrap_servers argument.") : 0));
+		}
+		if (kafka_property_loads_code(key) || sdp_source_format_option(key))
+			continue;
+		if (rd_kafka_conf_set(conf, key, val, errstr, sizeof(errstr)) != RD_KAFKA_CONF_OK)
+		{
+			rd_kafka_conf_destroy(conf);
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("invalid librdkafka property \"%s\": %s", key, errstr),
+					 errhint("%s", hint)));
+		}
+	}
+	rd_kafka_conf_destroy(conf);
 }

@@ -20,6 +20,8 @@ extern bool sdp_check_allowed_hosts(char **newval, void **extra, GucSource sourc
 extern void kafka_properties_check_role(Oid role, const char *what, const char *servers,
 										List *properties);
 extern bool kafka_property_loads_code(const char *key);
+extern void kafka_properties_validate(List *properties, const char *what, const char *const *reserved,
+									  int nreserved, const char *why_reserved, const char *hint);
 extern void kafka_hosts_for_owner(Oid role);
 extern void kafka_conf_restrict_hosts(rd_kafka_conf_t *conf);
 extern bool kafka_take_refused_host(char *buf, size_t len);

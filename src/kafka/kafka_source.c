@@ -110,48 +110,14 @@ is_reserved(const char *key)
 
 /*
  * Check a source's librdkafka properties without connecting anywhere, for
- * sdp_create_source: unknown names and invalid values are refused here
- * rather than when the flow starts.  Which role may set which is
- * kafka_properties_check_role's to say, before this.
+ * sdp_create_source and sdp_alter_source.
  */
 void
 kafka_validate_properties(List *properties)
 {
-	rd_kafka_conf_t *conf = rd_kafka_conf_new();
-	ListCell   *lc;
-	char		errstr[512];
-
-	for (lc = list_head(properties); lc != NULL; lc = lnext(properties, lnext(properties, lc)))
-	{
-		const char *key = lfirst(lc);
-		const char *val = lfirst(lnext(properties, lc));
-
-		if (is_reserved(key))
-		{
-			rd_kafka_conf_destroy(conf);
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("librdkafka property \"%s\" cannot be set on a source", key),
-					 errdetail("sdp_ext sets it itself: offsets are committed in PostgreSQL with the flow's rows."),
-					 (strcmp(key, "bootstrap.servers") == 0 || strcmp(key, "metadata.broker.list") == 0) ?
-					 errhint("Give the brokers as the bootstrap_servers argument.") : 0));
-		}
-		/* setting it would load its code here, in the caller's backend: the worker checks it */
-		if (kafka_property_loads_code(key))
-			continue;
-		/* the formats' and the registry's, not librdkafka's (flow_options.c checks them) */
-		if (sdp_source_format_option(key))
-			continue;
-		if (rd_kafka_conf_set(conf, key, val, errstr, sizeof(errstr)) != RD_KAFKA_CONF_OK)
-		{
-			rd_kafka_conf_destroy(conf);
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("invalid librdkafka property \"%s\": %s", key, errstr),
-					 errhint("Source options are librdkafka configuration properties, plus starting_offsets.")));
-		}
-	}
-	rd_kafka_conf_destroy(conf);
+	kafka_properties_validate(properties, "source", reserved_properties, lengthof(reserved_properties),
+							  "offsets are committed in PostgreSQL with the flow's rows.",
+							  "Source options are librdkafka configuration properties, plus starting_offsets.");
 }
 
 /* librdkafka error callback: runs on our thread inside consumer poll; records only. */

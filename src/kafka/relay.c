@@ -164,15 +164,6 @@ static void outbox_execute(SPIPlanPtr *plan, const char *sql, int nargs, Oid *ty
 						   bool read_only);
 static void outbox_execute_nulls(const char *sql, int nargs, Oid *types, Datum *values, const char *nulls);
 
-static bool
-is_reserved(const char *key)
-{
-	for (int i = 0; i < lengthof(reserved_sink_properties); i++)
-		if (strcmp(key, reserved_sink_properties[i]) == 0)
-			return true;
-	return false;
-}
-
 /*
  * Check a sink's librdkafka producer properties without connecting
  * anywhere, for sdp_create_sink.
@@ -180,41 +171,9 @@ is_reserved(const char *key)
 void
 kafka_relay_validate_properties(List *properties)
 {
-	rd_kafka_conf_t *conf = rd_kafka_conf_new();
-	ListCell   *lc;
-	char		errstr[512];
-
-	for (lc = list_head(properties); lc != NULL; lc = lnext(properties, lnext(properties, lc)))
-	{
-		const char *key = lfirst(lc);
-		const char *val = lfirst(lnext(properties, lc));
-
-		/* the format's and the registry's, not librdkafka's (flow_options.c checks them) */
-		if (sdp_source_format_option(key))
-			continue;
-		if (is_reserved(key))
-		{
-			rd_kafka_conf_destroy(conf);
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("librdkafka property \"%s\" cannot be set on a sink", key),
-					 errdetail("sdp_ext sets it itself: a sink flow produces with a transactional producer of its own, and chooses each message's partition by its key."),
-					 (strcmp(key, "bootstrap.servers") == 0 || strcmp(key, "metadata.broker.list") == 0) ?
-					 errhint("Give the brokers as the bootstrap_servers argument.") : 0));
-		}
-		/* setting it would load its code here, in the caller's backend: the worker checks it */
-		if (kafka_property_loads_code(key))
-			continue;
-		if (rd_kafka_conf_set(conf, key, val, errstr, sizeof(errstr)) != RD_KAFKA_CONF_OK)
-		{
-			rd_kafka_conf_destroy(conf);
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("invalid librdkafka property \"%s\": %s", key, errstr),
-					 errhint("Sink options are librdkafka producer configuration properties.")));
-		}
-	}
-	rd_kafka_conf_destroy(conf);
+	kafka_properties_validate(properties, "sink", reserved_sink_properties, lengthof(reserved_sink_properties),
+							  "a sink flow produces with a transactional producer of its own, and chooses each message's partition by its key.",
+							  "Sink options are librdkafka producer configuration properties.");
 }
 
 /*
