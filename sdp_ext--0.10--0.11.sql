@@ -13,7 +13,8 @@ COMMENT ON FUNCTION sdp_alter_source(text, text, jsonb) IS
 
 -- sdp.flow_status: a broker error is shown while it lasts (broker_ok false),
 -- a partition's high watermark never below its committed offset (the
--- worker's view of the broker lags the commit by up to a fetch), and the
+-- worker's view of the broker lags the commit by up to a fetch; NULL while
+-- it is not known), and the
 -- sink of a flow with one, in a last column.
 CREATE OR REPLACE VIEW sdp.flow_status AS
 SELECT f.name AS flow,
@@ -62,7 +63,8 @@ SELECT f.name AS flow,
                jsonb_agg(jsonb_build_object(
                    'partition', o.partition,
                    'committed_offset', coalesce(rp.committed_offset, o.next_offset),
-                   'high_watermark', greatest(rp.high_watermark, coalesce(rp.committed_offset, o.next_offset)),
+                   'high_watermark', CASE WHEN rp.high_watermark IS NOT NULL
+                                          THEN greatest(rp.high_watermark, coalesce(rp.committed_offset, o.next_offset)) END,
                    'lag', greatest(rp.high_watermark - coalesce(rp.committed_offset, o.next_offset), 0))
                          ORDER BY o.partition) AS partitions
           FROM sdp.offsets o

@@ -52,18 +52,12 @@ _PG_init(void)
 	sdp_install_utility_hook();
 
 	/*
-	 * pg_upgrade starts both servers in binary-upgrade mode to dump the old
-	 * catalogs and restore them in the new: no flow runs then (the old
-	 * server's would consume and commit while its catalogs are dumped, the
-	 * new server's would start from catalogs half restored).
-	 */
-	/*
 	 * Flow workers are background workers: they share max_worker_processes
 	 * with this extension's launcher and PostgreSQL's own (the logical
 	 * replication launcher, parallel query).  Say at start when it leaves
 	 * fewer than sdp.max_flows, rather than when a flow waits for a slot.
 	 */
-	if (!IsBinaryUpgrade && max_worker_processes < sdp_max_flows + 2)
+	if (!IsUnderPostmaster && !IsBinaryUpgrade && max_worker_processes < sdp_max_flows + 2)
 		ereport(WARNING,
 				(errmsg("sdp_ext: max_worker_processes (%d) leaves room for at most %d flow workers, fewer than sdp.max_flows (%d)",
 						max_worker_processes, Max(max_worker_processes - 2, 0), sdp_max_flows),
@@ -71,6 +65,12 @@ _PG_init(void)
 				 errhint("Set max_worker_processes to at least %d (sdp.max_flows + 2, more for parallel query) and restart the server.",
 						 sdp_max_flows + 2)));
 
+	/*
+	 * pg_upgrade starts both servers in binary-upgrade mode to dump the old
+	 * catalogs and restore them in the new: no flow runs then (the old
+	 * server's would consume and commit while its catalogs are dumped, the
+	 * new server's would start from catalogs half restored).
+	 */
 	if (IsBinaryUpgrade)
 		ereport(LOG,
 				(errmsg("sdp_ext: the server runs in binary-upgrade mode (pg_upgrade): no flow runs")));

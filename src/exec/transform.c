@@ -186,7 +186,7 @@ transform_prepare(SdpTransform *t, SdpInputSchema *schema, const char *sql, bool
 			FlushErrorState();
 			if (edata->hint == NULL)
 				edata->hint = psprintf("The relation \"input\" has the columns of the flow's schema and the Kafka metadata: %s. "
-									   "Declare a field of the messages in the schema to read it.",
+									   "If the column is a field of the messages, declare it in the schema.",
 									   input_column_names(schema->tupdesc));
 			ReThrowError(edata);
 		}

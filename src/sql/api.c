@@ -386,6 +386,11 @@ sdp_alter_source(PG_FUNCTION_ARGS)
 	sdp_require_shmem();
 	sdp_require_flow_database();
 	name = checked_name(fcinfo, 0, "source");
+	if (PG_ARGISNULL(1) && PG_ARGISNULL(2))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("sdp_alter_source changes nothing"),
+				 errhint("Give new brokers or options: sdp_alter_source('%s', options => ...).", name)));
 	if (!PG_ARGISNULL(1) && VARSIZE_ANY_EXHDR(PG_GETARG_TEXT_PP(1)) == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -397,26 +402,31 @@ sdp_alter_source(PG_FUNCTION_ARGS)
 				 errmsg("options of source \"%s\" must be a JSON object", name),
 				 errhint("Give the properties to change, e.g. '{\"fetch.wait.max.ms\": \"5\"}'; a key set to null removes it.")));
 
+	/* the row locked first, then its owner checked: a drop or a new owner meanwhile is seen */
 	SPI_connect();
-	if (!lookup_owner("sources", name, &owner, &owner_name))
-		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_OBJECT),
-				 errmsg("source \"%s\" does not exist", name)));
-	sdp_check_owner(owner, owner_name, "source", name);
-
-	/* the row locked; the options merged, JSON nulls removed */
 	values[0] = CStringGetTextDatum(name);
 	values[1] = (Datum) 0;
 	values[2] = given ? JsonbPGetDatum(given) : DirectFunctionCall1(jsonb_in, CStringGetDatum("{}"));
-	sdp_catalog_execute("SELECT s.bootstrap_servers, "
-						"       (SELECT coalesce(pg_catalog.jsonb_object_agg(e.key, e.value) "
-						"                          FILTER (WHERE pg_catalog.jsonb_typeof(e.value) <> 'null'), '{}') "
-						"          FROM pg_catalog.jsonb_each(coalesce(s.options, '{}') || $3) e) "
-						"  FROM sdp.sources s WHERE s.name = $1 FOR UPDATE",
+	sdp_catalog_execute(psprintf("SELECT %s, s.owner::text, s.bootstrap_servers, "
+								 "       (SELECT coalesce(pg_catalog.jsonb_object_agg(e.key, e.value) "
+								 "                          FILTER (WHERE pg_catalog.jsonb_typeof(e.value) <> 'null'), '{}') "
+								 "          FROM pg_catalog.jsonb_each(coalesce(s.options, '{}') || $3) e) "
+								 "  FROM sdp.sources s WHERE s.name = $1 FOR UPDATE",
+								 sdp_owner_oid_sql("s.owner")),
 						3, argtypes, values, " n ", false);
-	servers = PG_ARGISNULL(1) ? SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1)
+	if (SPI_processed == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("source \"%s\" does not exist", name)));
+	owner = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	if (isnull)
+		owner = InvalidOid;
+	owner_name = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
+	sdp_check_owner(owner, owner_name, "source", name);
+	/* the options merged, JSON nulls removed */
+	servers = PG_ARGISNULL(1) ? SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3)
 		: text_to_cstring(PG_GETARG_TEXT_PP(1));
-	merged = DatumGetJsonbPCopy(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
+	merged = DatumGetJsonbPCopy(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 4, &isnull));
 
 	memset(&def, 0, sizeof(def));
 	sdp_parse_source_options(merged, &def);
@@ -437,6 +447,8 @@ sdp_alter_source(PG_FUNCTION_ARGS)
 			flow_owners[i] = InvalidOid;
 		flow_names[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2);
 	}
+	for (uint64 i = 0; i < nflows; i++)
+		sdp_refuse_self_change(flow_names[i], "alter the source of", "sdp_alter_source");
 	for (uint64 i = 0; i < nflows; i++)
 		if (OidIsValid(flow_owners[i]) && flow_owners[i] != GetUserId())
 			kafka_properties_check_role(flow_owners[i], psprintf("flow \"%s\" (source \"%s\")", flow_names[i], name),

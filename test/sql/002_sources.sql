@@ -63,7 +63,7 @@ SELECT name, options->>'sasl.password' AS shown_password FROM sdp.source_list OR
 -- checked as a new source's are; nothing changed by a refusal
 SELECT sdp_alter_source('flights', options => '{"client.rack": null, "fetch.wait.max.ms": "7", "client.id": "c1"}');
 SELECT sdp_alter_source('flights', '127.0.0.1:19');
-SELECT sdp_alter_source('flights');
+SELECT pg_temp.refused($$SELECT sdp_alter_source('flights')$$);
 SELECT bootstrap_servers, options FROM sdp.sources WHERE name = 'flights';
 SELECT pg_temp.refused($$SELECT sdp_alter_source('nope', '127.0.0.1:9')$$);
 SELECT pg_temp.refused($$SELECT sdp_alter_source(NULL)$$);

@@ -14,6 +14,7 @@ use lib 'test/perl';
 use SdpKafka;
 use SdpTest;
 use Test::More;
+use IPC::Run ();
 
 my $broker = SdpKafka::start_broker(topics => { 'raw-flights' => 4 });
 my $node = SdpTest::new_node('alter_source');
@@ -85,4 +86,29 @@ like($err, qr/must be owner of source "flights"/, 'with the reason');
 is(SdpTest::query($node, "SELECT bootstrap_servers FROM sdp.sources WHERE name = 'flights'"), $boot,
 	'and nothing changed');
 
+# altered while another session drops it: the alter waits for the drop's
+# lock, then finds no row (the server does not crash on a row that is gone)
+SdpTest::query($node, "SELECT sdp_create_source('doomed', '127.0.0.1:9', 'nowhere')");
+my ($in, $out, $errout) = ('', '', '');
+my $dropper = IPC::Run::start(
+	[ 'psql', '-X', '-q', '-v', 'ON_ERROR_STOP=1', '-d', $node->connstr('postgres') ],
+	'<', \$in, '>', \$out, '2>', \$errout);
+$in .= "BEGIN; SELECT sdp_drop_source('doomed'); SELECT pg_sleep(2); COMMIT;\n";
+$dropper->pump_nb;
+ok($node->poll_query_until('postgres', "SELECT count(*) = 1 FROM pg_stat_activity WHERE query LIKE '%pg_sleep(2)%' AND pid <> pg_backend_pid()"),
+	'another session has dropped the source, not yet committed');
+my ($ret, $res, $alter_err) = $node->psql('postgres', q{SELECT sdp_alter_source('doomed', options => '{"client.id": "late"}')});
+$in .= "\\q\n";
+$dropper->finish;
+like($alter_err, qr/source "doomed" does not exist/, 'the alter, waiting for the drop, says the source is gone');
+is(SdpTest::query($node, 'SELECT count(*) FROM sdp.sources WHERE name = \'doomed\''), '0', 'and the server runs on: the drop committed');
+is(refused_q($node, q{SELECT sdp_alter_source('flights')}), '22023: sdp_alter_source changes nothing', 'an alter that changes nothing');
+
 done_testing();
+
+sub refused_q
+{
+	my ($n, $sql) = @_;
+	my $q = $sql =~ s/'/''/gr;
+	return SdpTest::query($n, "SELECT refused('$q')");
+}

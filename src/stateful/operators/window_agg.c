@@ -981,7 +981,9 @@ window_agg_handle_expired_timer(SdpOperatorContext *ctx, SdpKeyState *ks, const 
  * watermark are deleted.  Event time, not the wall clock: a replay, a
  * backfill of last year's events or a simulator's clock keeps the windows
  * it computes, and what a table holds does not depend on when the flow ran.
- * Before the watermark is known nothing is deleted.
+ * Before the watermark is known nothing is deleted, and a watermark ahead of
+ * the clock counts as the clock.  With several workers each deletes by its
+ * own watermark.
  */
 static void
 window_agg_maintain(SdpOperatorContext *ctx)
@@ -989,9 +991,12 @@ window_agg_maintain(SdpOperatorContext *ctx)
 	WindowAggConfig *cfg = ctx->config;
 	Datum		values[1];
 	Oid			types[1] = {TIMESTAMPTZOID};
+	TimestampTz until;
 
+	/* never ahead of the clock: one event stamped years ahead must not empty the table */
+	until = Min(ctx->watermark, GetCurrentTimestamp());
 	if (cfg->retention_us <= 0 || !sdp_event_time_usable(ctx->watermark) ||
-		ctx->watermark - cfg->retention_us < MIN_TIMESTAMP)
+		until - cfg->retention_us < MIN_TIMESTAMP)
 		return;
 	if (cfg->retention_plan == NULL)
 	{
@@ -1001,7 +1006,7 @@ window_agg_maintain(SdpOperatorContext *ctx)
 			elog(ERROR, "could not prepare the retention statement: %s", SPI_result_code_string(SPI_result));
 		SPI_keepplan(cfg->retention_plan);
 	}
-	values[0] = TimestampTzGetDatum(ctx->watermark - cfg->retention_us);
+	values[0] = TimestampTzGetDatum(until - cfg->retention_us);
 	if (SPI_execute_plan(cfg->retention_plan, values, NULL, false, 0) != SPI_OK_DELETE)
 		elog(ERROR, "retention of %s failed", ctx->target_relname);
 }
