@@ -19,3 +19,14 @@ int			sdp_default_max_batch_rows = 10000;
 int			sdp_default_state_memory_limit_kb = 256 * 1024;
 int			sdp_dead_letter_retention_s = 7 * SECS_PER_DAY;
 int			sdp_dead_letter_prune_interval_s = SECS_PER_MINUTE;
+int			sdp_max_workers_per_role = -1;
+int			sdp_max_objects_per_role = 100;
+
+/* The flow workers the flows of a role other than a superuser may run at once; 0: no bound. */
+int
+sdp_role_worker_quota(void)
+{
+	if (sdp_max_workers_per_role < 0)
+		return (sdp_max_flows + 1) / 2;
+	return sdp_max_workers_per_role;
+}

@@ -12,5 +12,9 @@ extern int	sdp_default_max_batch_rows;
 extern int	sdp_default_state_memory_limit_kb;
 extern int	sdp_dead_letter_retention_s;
 extern int	sdp_dead_letter_prune_interval_s;
+extern int	sdp_max_workers_per_role;
+extern int	sdp_max_objects_per_role;
+
+extern int	sdp_role_worker_quota(void);
 
 #endif							/* SDP_GUC_H */

@@ -144,6 +144,25 @@ sdp_define_gucs(void)
 							GUC_UNIT_S,
 							NULL, NULL, NULL);
 
+	DefineCustomIntVariable("sdp.max_workers_per_role",
+							"Maximum number of flow workers that the flows of one role may run at once.",
+							"Superusers' flows are not bounded. -1: half of sdp.max_flows, rounded up; 0: no bound. "
+							"A flow that would go past it waits, with the reason, until the role's other flows leave room.",
+							&sdp_max_workers_per_role,
+							-1, -1, 1024,
+							PGC_SIGHUP,
+							0,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("sdp.max_objects_per_role",
+							"Maximum number of sources, sinks and flows that one role may own together.",
+							"Superusers are not bounded. 0: no bound. A declaration past it is refused.",
+							&sdp_max_objects_per_role,
+							100, 0, INT_MAX,
+							PGC_SIGHUP,
+							0,
+							NULL, NULL, NULL);
+
 	DefineCustomStringVariable("sdp.allowed_hosts",
 							   "Broker hosts that the sources and sinks of roles other than superusers may name.",
 							   "A comma-separated list of host, host:port, [address]:port and *.domain entries, or * for any. "

@@ -528,6 +528,13 @@ check_format_options(List *properties, const char *registry_url, SdpFormat forma
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("invalid value for option \"schema.registry.url\": \"%s\"", registry_url),
 				 errhint("The registry's URL is http:// or https://, e.g. \"http://registry:8081\" (one URL).")));
+	for (const char *p = registry_url; *p; p++)
+		if ((unsigned char) *p <= ' ' || *p == 0x7f)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("invalid value for option \"schema.registry.url\": it holds %s at byte %d",
+							*p == ' ' ? "a space" : "a control character", (int) (p - registry_url) + 1),
+					 errhint("Write spaces and other special characters of a URL %%-encoded (%%20).")));
 	if (cred_source != NULL && strcmp(cred_source, "USER_INFO") != 0 && strcmp(cred_source, "URL") != 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -685,6 +692,25 @@ sdp_check_workers(int workers)
 						workers, workers, max_worker_processes),
 				 errhint("Raise max_worker_processes to at least %d (plus what other flows and extensions use) and restart the server.",
 						 workers + 1)));
+}
+
+/*
+ * At a declaration, the number of workers a flow of the current role may
+ * ever run at once: a role other than a superuser runs at most
+ * sdp.max_workers_per_role (launcher.c), so a flow asking for more could
+ * never start.
+ */
+void
+sdp_check_workers_quota(int workers)
+{
+	int			quota = sdp_role_worker_quota();
+
+	if (quota > 0 && workers > quota && !superuser())
+		ereport(ERROR,
+				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+				 errmsg("a flow with %d workers needs %d flow workers at once, but role \"%s\" may run at most %d (sdp.max_workers_per_role)",
+						workers, workers, GetUserNameFromId(GetUserId(), false), quota),
+				 errhint("Ask for fewer workers, or have a superuser raise sdp.max_workers_per_role.")));
 }
 
 /* With a share of the partitions (option partitions), each worker needs one of them at least. */

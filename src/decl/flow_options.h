@@ -16,6 +16,7 @@ extern int	sdp_interval_option_ms(const char *option, const char *text);
 extern int64 sdp_interval_option_us(const char *option, const char *text);
 extern const char *sdp_write_mode_name(SdpWriteMode mode);
 extern void sdp_check_workers(int workers);
+extern void sdp_check_workers_quota(int workers);
 extern void sdp_check_share_workers(int workers, int nshare);
 extern int	sdp_enter_search_path(const char *search_path);
 extern bool sdp_worker_owns_partition(const SdpFlowOptions *opts, int32 partition,

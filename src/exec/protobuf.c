@@ -48,39 +48,6 @@ take_string(char *s)
 	return r;
 }
 
-/*
- * A registry answer read: its schema text, its schemaType (NULL: none
- * given, Avro) and its references (a List of SdpProtoRef).  False with the
- * reason when it is not an answer.
- */
-bool
-sdp_proto_answer(const char *answer, char **schema, char **schema_type, List **refs, char **error)
-{
-	char	   *s;
-	char	   *t;
-	char	   *e;
-	SdpPbRef   *r;
-	int			n;
-	bool		ok = sdp_pb_read_answer(answer, &s, &t, &r, &n, &e);
-
-	*schema = take_string(s);
-	*schema_type = take_string(t);
-	*error = take_string(e);
-	*refs = NIL;
-	for (int i = 0; i < n; i++)
-	{
-		SdpProtoRef *ref = palloc(sizeof(SdpProtoRef));
-
-		ref->name = pstrdup(r[i].name);
-		ref->subject = pstrdup(r[i].subject);
-		ref->version = r[i].version;
-		*refs = lappend(*refs, ref);
-	}
-	if (r != NULL)
-		sdp_pb_free_refs(r, n);
-	return ok;
-}
-
 static void
 free_schema(void *arg)
 {

@@ -10,16 +10,6 @@
 
 typedef struct SdpProtoSchema SdpProtoSchema;
 
-/* One of a registry answer's references (sdp_proto_answer). */
-typedef struct SdpProtoRef
-{
-	char	   *name;			/* the import's name */
-	char	   *subject;
-	int			version;
-} SdpProtoRef;
-
-extern bool sdp_proto_answer(const char *answer, char **schema, char **schema_type, List **refs,
-							 char **error);
 extern SdpProtoSchema *sdp_proto_parse_schema(int nfiles, const char **names, const char **texts);
 extern bool sdp_proto_frame(const void *bytes, size_t len, int32 *schema_id, int *indexes, int *nindexes,
 							size_t *body, char **error);

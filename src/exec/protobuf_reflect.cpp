@@ -55,10 +55,17 @@
 #include <google/protobuf/descriptor_database.h>
 #include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
-#include <google/protobuf/struct.pb.h>
-#include <google/protobuf/util/json_util.h>
 
 namespace pb = google::protobuf;
+
+/* The deepest nesting of brackets a .proto text may have (a registry's schema: a few levels). */
+#define SDP_PB_MAX_NESTING 64
+/*
+ * The most text a schema's files may have together (a registry's schema: a
+ * few kB).  libprotobuf reads them in time linear in their size and cannot be
+ * interrupted: 256 kB of the most expensive text found take it about 0.25 s.
+ */
+#define SDP_PB_MAX_SCHEMA_TEXT (256 * 1024)
 
 namespace
 {
@@ -147,46 +154,60 @@ base64_decode(const std::string &in, std::string *out)
 }
 
 /*
- * Whether text nests brackets ({, [, <) at most max deep, outside strings
- * (and, in a .proto text, comments).  Checked before libprotobuf reads a
- * registry's text: its .proto parser recurses on through nesting after it
- * has said "maximum recursion limit" (3.21; 20,000 nested messages overflow
- * the stack), and its JSON parser takes time quadratic in the depth.
+ * Whether a .proto text nests brackets ({, [, <, () at most max deep, and
+ * is made of tokens at all.  Checked before libprotobuf's parser reads a
+ * registry's text: the parser recurses on through nesting after it has said
+ * "maximum recursion limit" (3.21; 20,000 nested messages overflow the
+ * stack).  The text is read by the tokenizer the parser reads it with,
+ * which recurses on nothing and ends a string, a comment or a bad token
+ * exactly where the parser will: a check by rules of its own (a string
+ * running to the next quote across lines) was fooled once by a string the
+ * tokenizer ends at the line's end.  A text the tokenizer finds errors in
+ * is refused with them, before the parser sees it.
  */
 bool
-nesting_within(const std::string &text, int max, bool proto)
+proto_tokens_within(const std::string &name, const std::string &text, int max, std::string *error)
 {
+	Errors		errors;
+	pb::io::ArrayInputStream input(text.data(), static_cast<int>(text.size()));
+	pb::io::Tokenizer tokenizer(&input, &errors);
 	int			depth = 0;
-	size_t		n = text.size();
 
-	for (size_t i = 0; i < n; i++)
+	errors.file = name;
+	while (tokenizer.Next())
 	{
-		char		c = text[i];
+		const pb::io::Tokenizer::Token &t = tokenizer.current();
 
-		if (c == '"' || (proto && c == '\''))
+		if (!errors.text.empty())
+			break;
+		if (t.type != pb::io::Tokenizer::TYPE_SYMBOL || t.text.size() != 1)
+			continue;
+		switch (t.text[0])
 		{
-			for (i++; i < n && text[i] != c; i++)
-				if (text[i] == '\\')
-					i++;
+			case '{':
+			case '[':
+			case '<':
+			case '(':
+				if (++depth > max)
+				{
+					*error = name + ":" + std::to_string(t.line + 1) + ":" + std::to_string(t.column + 1) +
+						": nested more than " + std::to_string(max) + " deep";
+					return false;
+				}
+				break;
+			case '}':
+			case ']':
+			case '>':
+			case ')':
+				if (depth > 0)
+					depth--;
+				break;
 		}
-		else if (proto && c == '/' && i + 1 < n && text[i + 1] == '/')
-		{
-			while (i < n && text[i] != '\n')
-				i++;
-		}
-		else if (proto && c == '/' && i + 1 < n && text[i + 1] == '*')
-		{
-			size_t		end = text.find("*/", i + 2);
-
-			i = end == std::string::npos ? n : end + 1;
-		}
-		else if (c == '{' || c == '[' || c == '<')
-		{
-			if (++depth > max)
-				return false;
-		}
-		else if ((c == '}' || c == ']' || c == '>') && depth > 0)
-			depth--;
+	}
+	if (!errors.text.empty())
+	{
+		*error = errors.text;
+		return false;
 	}
 	return true;
 }
@@ -212,11 +233,8 @@ read_file(const std::string &name, const std::string &text, pb::FileDescriptorPr
 		return true;
 	}
 
-	if (!nesting_within(text, 64, true))
-	{
-		*error = name + ": nested more than 64 deep";
+	if (!proto_tokens_within(name, text, SDP_PB_MAX_NESTING, error))
 		return false;
-	}
 
 	Errors		errors;
 	pb::io::ArrayInputStream input(text.data(), static_cast<int>(text.size()));
@@ -1166,88 +1184,6 @@ sdp_pb_free(void *p)
 	free(p);
 }
 
-extern "C" bool
-sdp_pb_read_answer(const char *answer, char **schema, char **schema_type, SdpPbRef **refs, int *nrefs,
-				   char **error)
-{
-	*schema = nullptr;
-	*schema_type = nullptr;
-	*refs = nullptr;
-	*nrefs = 0;
-	*error = nullptr;
-	try
-	{
-		pb::Struct	s;
-		pb::util::JsonParseOptions options;
-
-		options.ignore_unknown_fields = true;
-		if (!nesting_within(answer, 64, false) || !pb::util::JsonStringToMessage(answer, &s, options).ok())
-		{
-			*error = dup_string("the answer is not a JSON object");
-			return false;
-		}
-		auto		it = s.fields().find("schema");
-
-		if (it == s.fields().end() || it->second.kind_case() != pb::Value::kStringValue)
-		{
-			*error = dup_string("the answer has no \"schema\"");
-			return false;
-		}
-		*schema = dup_string(it->second.string_value());
-		it = s.fields().find("schemaType");
-		if (it != s.fields().end() && it->second.kind_case() == pb::Value::kStringValue)
-			*schema_type = dup_string(it->second.string_value());
-		it = s.fields().find("references");
-		if (it != s.fields().end() && it->second.kind_case() == pb::Value::kListValue)
-		{
-			const auto &list = it->second.list_value().values();
-
-			*refs = static_cast<SdpPbRef *>(calloc(list.size() + 1, sizeof(SdpPbRef)));
-			for (const pb::Value &v : list)
-			{
-				if (v.kind_case() != pb::Value::kStructValue)
-					continue;
-				const auto &f = v.struct_value().fields();
-				auto		name = f.find("name");
-				auto		subject = f.find("subject");
-				auto		version = f.find("version");
-
-				if (name == f.end() || subject == f.end() || version == f.end() ||
-					name->second.kind_case() != pb::Value::kStringValue ||
-					subject->second.kind_case() != pb::Value::kStringValue ||
-					version->second.kind_case() != pb::Value::kNumberValue)
-					continue;
-				SdpPbRef   *r = &(*refs)[(*nrefs)++];
-
-				r->name = dup_string(name->second.string_value());
-				r->subject = dup_string(subject->second.string_value());
-				r->version = static_cast<int>(version->second.number_value());
-			}
-		}
-		return true;
-	}
-	catch (const std::exception &e)
-	{
-		*error = dup_string(std::string("libprotobuf: ") + e.what());
-	}
-	catch (...)
-	{
-		*error = dup_string("libprotobuf failed");
-	}
-	return false;
-}
-
-extern "C" void
-sdp_pb_free_refs(SdpPbRef *refs, int nrefs)
-{
-	for (int i = 0; i < nrefs; i++)
-	{
-		free(refs[i].name);
-		free(refs[i].subject);
-	}
-	free(refs);
-}
-
 extern "C" SdpPbSchema *
 sdp_pb_schema_create(int nfiles, const char *const *names, const char *const *texts, char **error)
 {
@@ -1262,6 +1198,16 @@ sdp_pb_schema_create(int nfiles, const char *const *names, const char *const *te
 		std::vector<std::string> wanted;
 		Errors		errors;
 
+		size_t		total = 0;
+
+		for (int i = 0; i < nfiles; i++)
+			total += strlen(texts[i]);
+		if (total > SDP_PB_MAX_SCHEMA_TEXT)
+		{
+			*error = dup_string("its files hold " + std::to_string(total) + " bytes, more than the " +
+								std::to_string(SDP_PB_MAX_SCHEMA_TEXT) + " read");
+			return nullptr;
+		}
 		s.reset(new SdpPbSchema());
 		for (int i = 0; i < nfiles; i++)
 		{

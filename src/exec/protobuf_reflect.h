@@ -20,24 +20,6 @@ extern "C"
 
 typedef struct SdpPbSchema SdpPbSchema;
 
-/* One of a registry answer's references: an import, where its schema is. */
-typedef struct SdpPbRef
-{
-	char	   *name;			/* as the importing file imports it */
-	char	   *subject;
-	int			version;
-} SdpPbRef;
-
-/*
- * A registry's answer for a schema ({"schema": ..., "schemaType": ...,
- * "references": [...]}): its schema text, its type (NULL when the answer
- * has none: Avro) and its references.  False with *error when the answer
- * is not one.
- */
-extern bool sdp_pb_read_answer(const char *answer, char **schema, char **schema_type,
-							   SdpPbRef **refs, int *nrefs, char **error);
-extern void sdp_pb_free_refs(SdpPbRef *refs, int nrefs);
-
 /*
  * The files of a schema: files[0] the registered one, then what it imports,
  * each a .proto text or the base64 of a serialized FileDescriptorProto (as

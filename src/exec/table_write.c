@@ -267,6 +267,12 @@ sink_prepare(SdpTableWrite *s, Oid target, SdpWriteMode mode, TupleDesc row_desc
 				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
 				 errmsg("target \"%s\" is not a table", RelationGetRelationName(rel)),
 				 errhint("A flow writes into an ordinary or partitioned table.")));
+	if (rel->rd_rel->relpersistence == RELPERSISTENCE_TEMP)
+		ereport(ERROR,
+				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
+				 errmsg("target \"%s\" is a temporary table", RelationGetRelationName(rel)),
+				 errdetail("A flow runs in a background worker of its own, which cannot see another session's temporary tables."),
+				 errhint("Write into an ordinary (or unlogged) table.")));
 
 	initStringInfo(&cols);
 	written = palloc0(sizeof(bool) * row_desc->natts);

@@ -16,6 +16,7 @@
  */
 #include "exec/transform.h"
 
+#include "catalog/pg_class.h"
 #include "executor/executor.h"
 #include "miscadmin.h"
 #include "nodes/nodeFuncs.h"
@@ -24,6 +25,7 @@
 #include "nodes/params.h"
 #include "parser/parsetree.h"
 #include "utils/builtins.h"
+#include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/plancache.h"
 #include "utils/queryenvironment.h"
@@ -219,6 +221,23 @@ transform_prepare(SdpTransform *t, SdpInputSchema *schema, const char *sql, bool
 						 errmsg("the transform must be a read-only SELECT query"),
 						 errdetail("Data-modifying WITH clauses and FOR UPDATE/SHARE, in the query or in any subquery, are not allowed."),
 						 errhint("The flow writes the transform's rows into its target itself.")));
+		}
+	}
+	if (!generated)
+	{
+		ListCell   *lc;
+
+		/* a temporary table is its session's: the flow's worker, another session, cannot read it */
+		foreach(lc, ps->relationOids)
+		{
+			Oid			relid = lfirst_oid(lc);
+
+			if (get_rel_persistence(relid) == RELPERSISTENCE_TEMP)
+				ereport(ERROR,
+						(errcode(ERRCODE_WRONG_OBJECT_TYPE),
+						 errmsg("the transform reads the temporary table \"%s\"", get_rel_name(relid)),
+						 errdetail("A flow runs in a background worker of its own, which cannot see another session's temporary tables."),
+						 errhint("Read an ordinary (or unlogged) table instead.")));
 		}
 	}
 	t->result_desc = CreateTupleDescCopy(ps->resultDesc);

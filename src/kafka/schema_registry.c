@@ -27,10 +27,13 @@
  * the worker is asked to stop.
  */
 #include "kafka/schema_registry.h"
+#include "compat.h"
 
 #include <curl/curl.h>
 
+#include "common/jsonapi.h"
 #include "lib/stringinfo.h"
+#include "mb/pg_wchar.h"
 #include "miscadmin.h"
 #include "utils/json.h"
 #include "utils/hsearch.h"
@@ -40,6 +43,10 @@
 #define SDP_REGISTRY_MAX_ANSWER (8 * 1024 * 1024)
 #define SDP_REGISTRY_CONNECT_TIMEOUT_MS 5000
 #define SDP_REGISTRY_TIMEOUT_MS 10000
+/* An answer nested deeper than this is not one (a registry's is 3 deep: answer, references, reference). */
+#define SDP_REGISTRY_MAX_DEPTH 16
+/* The most references an answer may list. */
+#define SDP_REGISTRY_MAX_REFS 256
 
 struct SdpRegistry
 {
@@ -278,6 +285,195 @@ registry_handle(SdpRegistry *reg)
 		curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, 0L);
 	reg->curl = h;
 	return h;
+}
+
+/*
+ * Reading a registry's answer for a schema.  The answer is untrusted JSON
+ * from the network: PostgreSQL's own parser reads it (strict JSON, linear
+ * time, no exception to catch), after a scan that bounds its nesting by the
+ * same rules its lexer follows (brackets outside strings; a string runs from
+ * a quote to the next unescaped quote), so the parser's recursion never goes
+ * past SDP_REGISTRY_MAX_DEPTH, and an answer that is not JSON is refused
+ * whatever a more lenient parser would have made of it.
+ */
+typedef struct AnswerReader
+{
+	SdpRegistryAnswer *out;
+	int			depth;			/* of the value being read: 1 the answer's members */
+	const char *member;			/* the answer's member being read, or NULL */
+	bool		in_refs;		/* in the array "references" */
+	SdpRegistryRef *ref;		/* the reference being read */
+	const char *ref_member;
+	char	   *error;			/* why it is not an answer, once known */
+} AnswerReader;
+
+/* Whether json nests arrays and objects at most max deep (strings skipped as JSON's lexer reads them). */
+static bool
+json_nesting_within(const char *json, size_t len, int max)
+{
+	int			depth = 0;
+
+	for (size_t i = 0; i < len; i++)
+	{
+		char		c = json[i];
+
+		if (c == '"')
+		{
+			for (i++; i < len && json[i] != '"'; i++)
+				if (json[i] == '\\')
+					i++;
+		}
+		else if (c == '{' || c == '[')
+		{
+			if (++depth > max)
+				return false;
+		}
+		else if ((c == '}' || c == ']') && depth > 0)
+			depth--;
+	}
+	return true;
+}
+
+static SDP_JSON_CALLBACK
+answer_object_start(void *state)
+{
+	AnswerReader *r = state;
+
+	r->depth++;
+	if (r->depth == 3 && r->in_refs && list_length(r->out->refs) < SDP_REGISTRY_MAX_REFS)
+	{
+		r->ref = palloc0(sizeof(SdpRegistryRef));
+		r->ref->version = -1;
+		r->ref_member = NULL;
+	}
+	SDP_JSON_CALLBACK_DONE;
+}
+
+static SDP_JSON_CALLBACK
+answer_array_start(void *state)
+{
+	AnswerReader *r = state;
+
+	r->depth++;
+	if (r->depth == 2 && r->member != NULL && strcmp(r->member, "references") == 0)
+		r->in_refs = true;
+	SDP_JSON_CALLBACK_DONE;
+}
+
+static SDP_JSON_CALLBACK
+answer_nested_end(void *state)
+{
+	AnswerReader *r = state;
+
+	if (r->depth == 3 && r->ref != NULL)
+	{
+		/* a reference without its three members is not one: passed over, as Confluent's clients do */
+		if (r->ref->name != NULL && r->ref->subject != NULL && r->ref->version >= 0)
+			r->out->refs = lappend(r->out->refs, r->ref);
+		r->ref = NULL;
+	}
+	else if (r->depth == 2)
+		r->in_refs = false;
+	r->depth--;
+	SDP_JSON_CALLBACK_DONE;
+}
+
+static SDP_JSON_CALLBACK
+answer_field_start(void *state, char *fname, bool isnull)
+{
+	AnswerReader *r = state;
+
+	if (r->depth == 1)
+		r->member = fname;
+	else if (r->depth == 3 && r->ref != NULL)
+		r->ref_member = fname;
+	SDP_JSON_CALLBACK_DONE;
+}
+
+static SDP_JSON_CALLBACK
+answer_scalar(void *state, char *token, JsonTokenType type)
+{
+	AnswerReader *r = state;
+
+	if (r->depth == 1 && r->member != NULL && type == JSON_TOKEN_STRING)
+	{
+		if (strcmp(r->member, "schema") == 0)
+			r->out->schema = token;
+		else if (strcmp(r->member, "schemaType") == 0)
+			r->out->schema_type = token;
+	}
+	else if (r->depth == 3 && r->ref != NULL && r->ref_member != NULL)
+	{
+		if (strcmp(r->ref_member, "name") == 0 && type == JSON_TOKEN_STRING)
+			r->ref->name = token;
+		else if (strcmp(r->ref_member, "subject") == 0 && type == JSON_TOKEN_STRING)
+			r->ref->subject = token;
+		else if (strcmp(r->ref_member, "version") == 0 && type == JSON_TOKEN_NUMBER)
+		{
+			char	   *end;
+			long		v;
+
+			errno = 0;
+			v = strtol(token, &end, 10);
+			if (*end == '\0' && errno == 0 && v >= 0 && v <= PG_INT32_MAX)
+				r->ref->version = (int) v;
+		}
+	}
+	SDP_JSON_CALLBACK_DONE;
+}
+
+/*
+ * A registry's answer for a schema read: its "schema" text, its
+ * "schemaType" (NULL when it has none: Avro) and its "references" (a
+ * Protobuf schema's imports), palloc'd.  False with the reason when the
+ * answer is not a JSON object with a string "schema".  Raises nothing but
+ * out of memory: it runs outside any transaction too (the worker reads a
+ * Protobuf schema's references before its batch).
+ */
+bool
+sdp_registry_read_answer(const char *answer, SdpRegistryAnswer *out, char **error)
+{
+	size_t		len = strlen(answer);
+	JsonLexContext *lex;
+	JsonSemAction sem = {0};
+	AnswerReader r = {0};
+	JsonParseErrorType result;
+
+	memset(out, 0, sizeof(*out));
+	*error = NULL;
+	if (pg_encoding_verifymbstr(PG_UTF8, answer, (int) len) < (int) len)
+	{
+		*error = pstrdup("the answer is not valid UTF-8");
+		return false;
+	}
+	if (!json_nesting_within(answer, len, SDP_REGISTRY_MAX_DEPTH))
+	{
+		*error = psprintf("the answer nests arrays or objects more than %d deep", SDP_REGISTRY_MAX_DEPTH);
+		return false;
+	}
+	lex = sdp_json_lexer(unconstify(char *, answer), (int) len, PG_UTF8, true);
+	r.out = out;
+	sem.semstate = &r;
+	sem.object_start = answer_object_start;
+	sem.object_end = answer_nested_end;
+	sem.array_start = answer_array_start;
+	sem.array_end = answer_nested_end;
+	sem.object_field_start = answer_field_start;
+	sem.scalar = answer_scalar;
+	result = pg_parse_json(lex, &sem);
+	if (result != JSON_SUCCESS)
+	{
+		*error = psprintf("the answer is not JSON: %s", json_errdetail(result, lex));
+		memset(out, 0, sizeof(*out));
+		return false;
+	}
+	if (out->schema == NULL)
+	{
+		*error = pstrdup("the answer has no \"schema\"");
+		memset(out, 0, sizeof(*out));
+		return false;
+	}
+	return true;
 }
 
 /* The first line of an answer, shortened, for a reason. */

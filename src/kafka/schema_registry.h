@@ -30,6 +30,23 @@ typedef struct SdpRegistryVersion
 	char	   *answer;			/* its answer, or why not found */
 } SdpRegistryVersion;
 
+/* One of a Protobuf schema's references in its answer: an import, where its schema is. */
+typedef struct SdpRegistryRef
+{
+	char	   *name;			/* as the importing file imports it */
+	char	   *subject;
+	int			version;
+} SdpRegistryRef;
+
+/* What a registry's answer for a schema holds ({"schema": ..., "schemaType": ..., "references": [...]}). */
+typedef struct SdpRegistryAnswer
+{
+	char	   *schema;			/* the schema's text */
+	char	   *schema_type;	/* AVRO, PROTOBUF, JSON; NULL when the answer has none (Avro) */
+	List	   *refs;			/* SdpRegistryRef */
+} SdpRegistryAnswer;
+
+extern bool sdp_registry_read_answer(const char *answer, SdpRegistryAnswer *out, char **error);
 extern SdpRegistry *sdp_registry_create(const char *registry_url, List *properties, MemoryContext parent);
 extern bool sdp_registry_register(SdpRegistry *reg, const char *subject, const char *schema, int32 *id,
 								  char **error);

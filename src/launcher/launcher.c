@@ -31,6 +31,7 @@
 #include "nodes/makefuncs.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
+#include "utils/hsearch.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
@@ -81,16 +82,28 @@ typedef struct WantedFlow
 	Oid			owner;
 	char		owner_name[NAMEDATALEN];
 	bool		owner_can_login;	/* the worker logs in as the owner */
+	bool		owner_super;	/* a superuser: no sdp.max_workers_per_role */
 	bool		wanted;			/* enabled and not failed */
-	int			workers;		/* the flow option workers */
+	int			workers;		/* the flow option workers, at most its topic's partitions */
+	int			asked_workers;	/* the flow option workers */
+	bool		has_share;		/* the flow option partitions: its workers divide those */
 	int32		decl_hash;		/* its schema, transform and options, and its source's brokers and
 								 * options (sdp_alter_source): a change restarts its workers */
 	uint64		have;			/* the workers that have a slot (bit worker_no) */
 	bool		leaving;		/* workers of an earlier incarnation or layout are still stopping */
 } WantedFlow;
 
+typedef struct FlowPartitions
+{
+	int64		flow_id;		/* the key */
+	int			partitions;
+	int			clamped_to;		/* the workers the log said it runs, 0: none said */
+} FlowPartitions;
+
 /* Launcher-private: the handle of the worker started for each slot. */
 static BackgroundWorkerHandle **slot_handles = NULL;
+/* flow id -> its topic's partitions, as its workers last said (FlowPartitions) */
+static HTAB *flow_partitions = NULL;
 static int64 *slot_flow_ids = NULL;
 static bool warned_max_flows = false;
 /* When the next pruning of dead letters is due; 0 = at the next pass. */
@@ -143,6 +156,14 @@ sdp_launcher_main(Datum main_arg)
 
 	slot_handles = MemoryContextAllocZero(TopMemoryContext, sizeof(BackgroundWorkerHandle *) * SdpShmem->max_flows);
 	slot_flow_ids = MemoryContextAllocZero(TopMemoryContext, sizeof(int64) * SdpShmem->max_flows);
+	{
+		HASHCTL		ctl;
+
+		ctl.keysize = sizeof(int64);
+		ctl.entrysize = sizeof(FlowPartitions);
+		ctl.hcxt = TopMemoryContext;
+		flow_partitions = hash_create("sdp flow partitions", 64, &ctl, HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+	}
 
 	ereport(LOG, (errmsg("sdp launcher started in database \"%s\"", sdp_database)));
 
@@ -268,8 +289,8 @@ read_flows(int *nflows)
 		counts[i] = (int32) Min(DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2, &isnull)),
 								PG_INT32_MAX);
 	}
-	if (SPI_execute(psprintf("SELECT f.id, f.name, f.enabled AND f.failed_at IS NULL, r.oid, f.owner::text, r.rolcanlogin, "
-							 "       coalesce((f.options->>'workers')::int, 1), "
+	if (SPI_execute(psprintf("SELECT f.id, f.name, f.enabled AND f.failed_at IS NULL, r.oid, f.owner::text, r.rolcanlogin, r.rolsuper, "
+							 "       coalesce((f.options->>'workers')::int, 1), f.options ? 'partitions', "
 							 "       hashtext(f.schema || E'\\x01' || coalesce(f.transform, '') || E'\\x01' || f.options::text "
 							 "                || E'\\x01' || coalesce(s.bootstrap_servers, '') || E'\\x01' || coalesce(s.options::text, '')) "
 							 "  FROM sdp.flows f LEFT JOIN pg_catalog.pg_roles r ON r.oid = %s "
@@ -303,9 +324,12 @@ read_flows(int *nflows)
 			f->owner = InvalidOid;
 		strlcpy(f->owner_name, SPI_getvalue(tup, desc, 5), NAMEDATALEN);
 		f->owner_can_login = DatumGetBool(SPI_getbinval(tup, desc, 6, &isnull)) && !isnull;
-		f->workers = DatumGetInt32(SPI_getbinval(tup, desc, 7, &isnull));
+		f->owner_super = DatumGetBool(SPI_getbinval(tup, desc, 7, &isnull)) && !isnull;
+		f->workers = DatumGetInt32(SPI_getbinval(tup, desc, 8, &isnull));
 		f->workers = Max(1, Min(f->workers, SDP_MAX_WORKERS));
-		f->decl_hash = DatumGetInt32(SPI_getbinval(tup, desc, 8, &isnull));
+		f->asked_workers = f->workers;
+		f->has_share = DatumGetBool(SPI_getbinval(tup, desc, 9, &isnull)) && !isnull;
+		f->decl_hash = DatumGetInt32(SPI_getbinval(tup, desc, 10, &isnull));
 	}
 	*nflows = (int) SPI_processed;
 	PopActiveSnapshot();
@@ -439,6 +463,7 @@ typedef struct SlotView
 	TimestampTz exited_at;
 	TimestampTz next_start_at;
 	int			restarts;
+	int			topic_partitions;
 } SlotView;
 
 static void
@@ -454,6 +479,7 @@ slot_view(SdpFlowSlot *slot, SlotView *v)
 	v->exited_at = slot->ctl.exited_at;
 	v->next_start_at = slot->ctl.next_start_at;
 	v->restarts = slot->ctl.restarts;
+	v->topic_partitions = slot->ctl.topic_partitions;
 	SpinLockRelease(&slot->mutex);
 }
 
@@ -518,6 +544,37 @@ typedef struct SlotAction
 	int			backoff_ms;		/* SLOT_RESTARTING */
 } SlotAction;
 
+/* Forget the partitions of flows no longer declared. */
+static void
+forget_gone_flows(const WantedFlow *flows, int nflows)
+{
+	HASH_SEQ_STATUS seq;
+	FlowPartitions *fp;
+
+	hash_seq_init(&seq, flow_partitions);
+	while ((fp = hash_seq_search(&seq)) != NULL)
+	{
+		bool		found = false;
+
+		for (int i = 0; i < nflows && !found; i++)
+			found = flows[i].id == fp->flow_id;
+		if (!found)
+			(void) hash_search(flow_partitions, &fp->flow_id, HASH_REMOVE, NULL);
+	}
+}
+
+/* The workers that the flows of role owner have slots for (kept, or allocated in this pass). */
+static int
+role_workers(const WantedFlow *flows, int nflows, Oid owner)
+{
+	int			n = 0;
+
+	for (int i = 0; i < nflows; i++)
+		if (flows[i].owner == owner)
+			n += pg_popcount64(flows[i].have);
+	return n;
+}
+
 /*
  * Make the running workers match sdp.flows: start flows that should run,
  * stop the ones that should not, restart crashed ones after a backoff, and
@@ -548,6 +605,7 @@ launcher_reconcile(void)
 	SlotAction *actions;
 	int			nactions = 0;
 	int			need_slots = 0;
+	int			quota;
 	const char *waiting_flow = NULL;
 	int			waiting_missing = 0;
 
@@ -575,6 +633,40 @@ launcher_reconcile(void)
 			slot_flow_ids[s] = views[s].flow_id;
 		gone[s] = (views[s].state == SDP_FLOW_RESTARTING) || worker_gone(s, &views[s], now);
 	}
+
+	/*
+	 * A flow runs no more workers than its topic has partitions (as its
+	 * workers last listed them): the others would hold a slot and consume
+	 * nothing.  A flow with a share (option partitions) was checked at its
+	 * declaration.  The topic growing gives it more, up to its option.
+	 */
+	for (int s = 0; s < SdpShmem->max_flows; s++)
+	{
+		FlowPartitions *fp;
+
+		if (!SdpShmem->slots[s].in_use || views[s].topic_partitions <= 0)
+			continue;
+		fp = hash_search(flow_partitions, &views[s].flow_id, HASH_ENTER, NULL);
+		fp->partitions = views[s].topic_partitions;
+	}
+	for (int i = 0; i < nflows; i++)
+	{
+		WantedFlow *f = &flows[i];
+		FlowPartitions *fp = hash_search(flow_partitions, &f->id, HASH_FIND, NULL);
+
+		if (fp == NULL || f->has_share || fp->partitions >= f->workers)
+			continue;
+		f->workers = fp->partitions;
+		if (fp->clamped_to != f->workers)
+		{
+			ereport(LOG,
+					(errmsg("sdp flow \"%s\" asks for %d workers, and its topic has %d partitions: it runs %d",
+							f->name, f->asked_workers, fp->partitions, f->workers),
+					 errdetail("A partition is read by one worker; more workers would consume nothing.")));
+			fp->clamped_to = f->workers;
+		}
+	}
+	forget_gone_flows(flows, nflows);
 
 	/* 2. decide, under the lock */
 	LWLockAcquire(SdpShmem->lock, LW_EXCLUSIVE);
@@ -649,10 +741,12 @@ launcher_reconcile(void)
 
 	SdpShmem->nwaiting = 0;
 	nfree = sdp_slots_free();
+	quota = sdp_role_worker_quota();
 	for (int i = 0; i < nflows; i++)
 	{
 		WantedFlow *f = &flows[i];
 		int			missing = 0;
+		bool		over_quota;
 
 		if (!f->wanted || f->leaving)
 			continue;
@@ -660,15 +754,21 @@ launcher_reconcile(void)
 			missing += (f->have & (UINT64CONST(1) << k)) == 0;
 		if (missing == 0)
 			continue;
-		if (missing > nfree)
+		/* a role's flows run at most sdp.max_workers_per_role workers: the others' flows get slots too */
+		over_quota = quota > 0 && !f->owner_super && role_workers(flows, nflows, f->owner) + missing > quota;
+		if (missing > nfree || over_quota)
 		{
 			/* sdp.flow_status shows it waiting, with the reason */
 			if (SdpShmem->nwaiting < SDP_MAX_WAITING)
 			{
 				strlcpy(SdpShmem->waiting[SdpShmem->nwaiting], f->name, NAMEDATALEN);
 				SdpShmem->waiting_workers[SdpShmem->nwaiting] = missing;
+				SdpShmem->waiting_owner[SdpShmem->nwaiting] = f->owner;
+				SdpShmem->waiting_quota[SdpShmem->nwaiting] = over_quota ? quota : 0;
 				SdpShmem->nwaiting++;
 			}
+			if (over_quota)
+				continue;
 			if (waiting_flow == NULL)
 			{
 				waiting_flow = f->name;
@@ -686,6 +786,7 @@ launcher_reconcile(void)
 			s = sdp_slot_allocate(f->name, k, f->workers);
 			Assert(s >= 0);
 			SdpShmem->slots[s].decl_hash = f->decl_hash;
+			f->have |= UINT64CONST(1) << k;
 			nfree--;
 			actions[nactions++] = (SlotAction) {SLOT_START, s, f, 0};
 		}

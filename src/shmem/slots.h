@@ -88,6 +88,7 @@ typedef struct SdpSlotControl
 	bool		exit_expected;	/* the worker stopped on request or failed */
 	uint64		config_generation;	/* bumped when the flow's operator configuration changes */
 	uint64		skip_generation;	/* bumped when a skip request for the flow commits (sdp_skip_message) */
+	int			topic_partitions;	/* the worker's topic's partitions as it last listed them; 0: not yet */
 
 	/* why the worker is not running as it should (the launcher's reason or the worker's) */
 	char		last_error[SDP_ERROR_LEN];
@@ -194,6 +195,8 @@ typedef struct SdpShared
 	int			nwaiting;
 	char		waiting[SDP_MAX_WAITING][NAMEDATALEN];
 	int			waiting_workers[SDP_MAX_WAITING];	/* the slots each needs */
+	Oid			waiting_owner[SDP_MAX_WAITING]; /* its owner */
+	int			waiting_quota[SDP_MAX_WAITING]; /* > 0: it waits for its owner's sdp.max_workers_per_role, this */
 	/*
 	 * guarded by lock: the roles owning flows or sources in sdp.database and
 	 * how many, as the launcher last read them; DROP ROLE run in another

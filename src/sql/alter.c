@@ -155,6 +155,7 @@ alter_check(AlterFlow *f, const char *schema, const char *transform, Jsonb *opti
 	SetUserIdAndSecContext(f->owner, save_sec | SECURITY_LOCAL_USERID_CHANGE);
 
 	sdp_parse_flow_options(options, &opts);
+	sdp_check_workers_quota(opts.workers);
 	/* a flow declared before 0.7 records no search_path: the caller's now, as sdp_create_flow takes it */
 	if (opts.search_path == NULL)
 		opts.search_path = pstrdup(GetConfigOption("search_path", false, false));

@@ -21,6 +21,7 @@
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "miscadmin.h"
+#include "storage/lmgr.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
@@ -191,12 +192,42 @@ check_endpoint_for_owner(const char *what, const char *table, const char *name)
 
 /*
  * Lock the current role, as PostgreSQL does for an object it will own: a
- * concurrent DROP ROLE then waits for the declaration, and sees it.
+ * concurrent DROP ROLE then waits for the declaration, and sees it.  A
+ * role other than a superuser may own at most sdp.max_objects_per_role
+ * sources, sinks and flows together: a declaration past it (what: the
+ * kind of object) is refused.  Two declarations of one role count one
+ * after the other: they take a lock of their own on the role (a subid
+ * nothing else locks, so DROP ROLE is not held up by it).  SPI is
+ * connected.
  */
 static void
-lock_current_role(void)
+lock_current_role(const char *what)
 {
-	shdepLockAndCheckObject(AuthIdRelationId, GetUserId());
+	Oid			role = GetUserId();
+	Oid			argtypes[1] = {OIDOID};
+	Datum		values[1] = {ObjectIdGetDatum(role)};
+	bool		isnull;
+	int64		owned;
+	bool		has_sinks;
+
+	shdepLockAndCheckObject(AuthIdRelationId, role);
+	if (sdp_max_objects_per_role == 0 || superuser_arg(role))
+		return;
+	LockSharedObject(AuthIdRelationId, role, 1, ExclusiveLock);
+	/* sinks: from 0.4 (the library may run over an older catalog until ALTER EXTENSION UPDATE) */
+	has_sinks = OidIsValid(get_relname_relid("sinks", get_namespace_oid(SDP_SCHEMA, false)));
+	sdp_catalog_execute(psprintf("SELECT (SELECT count(*) FROM sdp.sources WHERE %s = $1)"
+								 "     + (SELECT count(*) FROM sdp.flows WHERE %s = $1)%s",
+								 sdp_owner_oid_sql("owner"), sdp_owner_oid_sql("owner"),
+								 has_sinks ? " + (SELECT count(*) FROM sdp.sinks WHERE owner::pg_catalog.oid = $1)" : ""),
+						1, argtypes, values, NULL, true);
+	owned = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	if (owned >= sdp_max_objects_per_role)
+		ereport(ERROR,
+				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+				 errmsg("role \"%s\" owns %lld sources, sinks and flows, and may own at most %d: no new %s",
+						GetUserNameFromId(role, false), (long long) owned, sdp_max_objects_per_role, what),
+				 errhint("Drop one the role no longer needs, or have a superuser raise sdp.max_objects_per_role.")));
 }
 
 /* Kafka's own rule for topic names. */
@@ -249,7 +280,7 @@ kafka_endpoint_row(const char *what, const char *table, char *name, char *server
 		ereport(ERROR,
 				(errcode(ERRCODE_DUPLICATE_OBJECT),
 				 errmsg("%s \"%s\" already exists", what, name)));
-	lock_current_role();
+	lock_current_role(what);
 	values[0] = CStringGetTextDatum(name);
 	values[1] = CStringGetTextDatum(servers);
 	values[2] = CStringGetTextDatum(topic);
@@ -593,6 +624,7 @@ sdp_create_flow(PG_FUNCTION_ARGS)
 				 errhint("Drop it with sdp_drop_flow('%s') first, or choose another name.", name)));
 
 	sdp_parse_flow_options(options, &opts);
+	sdp_check_workers_quota(opts.workers);
 
 	/*
 	 * The transform's search_path: the one given, or the session's now, as
@@ -632,7 +664,7 @@ sdp_create_flow(PG_FUNCTION_ARGS)
 	values[6] = JsonbPGetDatum(sdp_flow_stored_options(options, &opts));
 	values[7] = ObjectIdGetDatum(GetUserId());
 	values[8] = sink_name ? CStringGetTextDatum(sink_name) : (Datum) 0;
-	lock_current_role();
+	lock_current_role("flow");
 	if (sink_name)
 		sdp_catalog_execute(psprintf("INSERT INTO sdp.flows (name, source, target, schema, transform, operator, options, owner, sink) "
 								 "VALUES ($1, $2, $3, $4, $5, $6, $7, %s, $9)", sdp_owner_value_sql("$8")),

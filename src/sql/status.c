@@ -90,12 +90,16 @@ runtime_waiting_rows(ReturnSetInfo *rsinfo)
 {
 	char		(*names)[NAMEDATALEN] = palloc(sizeof(char[NAMEDATALEN]) * SDP_MAX_WAITING);
 	int		   *needs = palloc(sizeof(int) * SDP_MAX_WAITING);
+	Oid		   *owners = palloc(sizeof(Oid) * SDP_MAX_WAITING);
+	int		   *quotas = palloc(sizeof(int) * SDP_MAX_WAITING);
 	int			n;
 
 	LWLockAcquire(SdpShmem->lock, LW_SHARED);
 	n = SdpShmem->nwaiting;
 	memcpy(names, SdpShmem->waiting, sizeof(char[NAMEDATALEN]) * n);
 	memcpy(needs, SdpShmem->waiting_workers, sizeof(int) * n);
+	memcpy(owners, SdpShmem->waiting_owner, sizeof(Oid) * n);
+	memcpy(quotas, SdpShmem->waiting_quota, sizeof(int) * n);
 	LWLockRelease(SdpShmem->lock);
 
 	for (int w = 0; w < n; w++)
@@ -112,7 +116,15 @@ runtime_waiting_rows(ReturnSetInfo *rsinfo)
 		nulls[0] = false;
 		values[1] = CStringGetTextDatum("waiting");
 		nulls[1] = false;
-		if (needs[w] == 1)
+		if (quotas[w] > 0)
+		{
+			char	   *role = GetUserNameFromId(owners[w], true);
+
+			values[13] = CStringGetTextDatum(psprintf("its %d %s would take role \"%s\" past sdp.max_workers_per_role (%d flow workers at once): "
+													  "the flow starts when the role's other flows leave room",
+													  needs[w], needs[w] == 1 ? "worker" : "workers", role ? role : "?", quotas[w]));
+		}
+		else if (needs[w] == 1)
 			values[13] = CStringGetTextDatum(psprintf("all %d flow slots are in use (sdp.max_flows): the flow starts when one is free",
 													  SdpShmem->max_flows));
 		else

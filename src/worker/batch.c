@@ -838,8 +838,6 @@ attempt(FlowWorker *w, Batch *b, bool isolate, char **fail_message)
 	/* decoding happens once, in the first attempt (input functions read the catalogs) */
 	if (!b->decoded)
 	{
-		if (!b->backfill)
-			sdp_skips_mark(w, b);
 		stage_decode(w, b, isolate);
 		b->decoded = true;
 		b->ndead_decode = list_length(b->dead);
@@ -911,9 +909,18 @@ sdp_batch_run(FlowWorker *w, Batch *b, char **message)
 
 	if (b->next == NULL)
 		b->next = palloc(sizeof(int64) * Max(w->parts.n, 1));
-	/* the writer schemas its Avro messages name, before the transaction: a network wait */
-	if (!b->decoded && !b->backfill && !sdp_formats_fetch_schemas(w, b, message))
-		return SDP_BATCH_RETRY;
+	/*
+	 * The messages its owner asked to skip first: their schemas are not
+	 * fetched (one the registry cannot give would hold the batch for ever).
+	 * Then the writer schemas its Avro and Protobuf messages name, before
+	 * the transaction: a network wait.
+	 */
+	if (!b->decoded && !b->backfill)
+	{
+		sdp_skips_mark(w, b);
+		if (!sdp_formats_fetch_schemas(w, b, message))
+			return SDP_BATCH_RETRY;
+	}
 	for (;;)
 	{
 		ErrorData  *volatile edata = NULL;

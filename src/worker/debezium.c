@@ -168,15 +168,29 @@ sdp_debezium_decode(FlowWorker *w, rd_kafka_message_t *m, Datum *values, bool *n
 	return true;
 }
 
-/* The target's rows with the primary keys of rows (what the transform gave for delete events) deleted. */
+/*
+ * The target's rows with the primary keys of rows (what the transform gave
+ * for delete events) deleted.  A row whose key has a null deletes nothing:
+ * its event (a "before" image without the key's columns) is not one the
+ * flow can apply, and the error sets it aside.
+ */
 static int64
 delete_rows(FlowWorker *w, HeapTuple *rows, int n)
 {
 	MemoryContext cxt = CurrentMemoryContext;
+	SdpTableWrite *tw = &w->prep.table_write;
 	int			rc;
 
 	if (n == 0)
 		return 0;
+	for (int i = 0; i < n; i++)
+		for (int k = 0; k < tw->npk; k++)
+			if (heap_attisnull(rows[i], tw->pk_index[k] + 1, tw->row_desc))
+				ereport(ERROR,
+						(errcode(ERRCODE_NOT_NULL_VIOLATION),
+						 errmsg("a delete event whose key column \"%s\" is null: it deletes no row of %s",
+								NameStr(TupleDescAttr(tw->row_desc, tw->pk_index[k])->attname), tw->relname),
+						 errhint("A delete's \"before\" image (or, without one, the message key) must hold the target's primary key.")));
 	sdp_register_rows(SDP_DELETED_RELATION, w->prep.table_write.row_desc, rows, n);
 	rc = SPI_execute_plan(w->prep.delete_plan, NULL, NULL, false, 0);
 	MemoryContextSwitchTo(cxt);

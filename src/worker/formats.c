@@ -58,17 +58,15 @@ message_schema_ids(FlowWorker *w, rd_kafka_message_t *m, int32 *value_id, int32 
 static bool
 fetch_references(FlowWorker *w, const char *answer, int *count, char **message)
 {
-	char	   *schema;
-	char	   *type;
-	List	   *refs;
+	SdpRegistryAnswer a;
 	char	   *error;
 	ListCell   *lc;
 
-	if (!sdp_proto_answer(answer, &schema, &type, &refs, &error))
+	if (!sdp_registry_read_answer(answer, &a, &error))
 		return true;
-	foreach(lc, refs)
+	foreach(lc, a.refs)
 	{
-		SdpProtoRef *ref = lfirst(lc);
+		SdpRegistryRef *ref = lfirst(lc);
 		SdpRegistryVersion *v = sdp_registry_get_version(w->registry, ref->subject, ref->version);
 
 		if (v != NULL)
@@ -85,8 +83,9 @@ fetch_references(FlowWorker *w, const char *answer, int *count, char **message)
 }
 
 /*
- * Have the schemas of the batch's Avro and Protobuf messages at hand:
- * fetched from the registry if they were not.  False, with the reason,
+ * Have the schemas of the batch's Avro and Protobuf messages at hand
+ * (but those of the messages to be skipped): fetched from the registry if
+ * they were not.  False, with the reason,
  * when the registry could not be asked: the flow's fault, the batch is
  * retried.  Outside any transaction.
  */
@@ -101,6 +100,8 @@ sdp_formats_fetch_schemas(FlowWorker *w, Batch *b, char **message)
 	{
 		int32		ids[2];
 
+		if (b->skip_msg != NULL && b->skip_msg[i])
+			continue;			/* skipped: never decoded */
 		message_schema_ids(w, b->msgs[i], &ids[0], &ids[1]);
 		for (int k = 0; k < 2; k++)
 		{
@@ -133,31 +134,18 @@ sdp_formats_fetch_schemas(FlowWorker *w, Batch *b, char **message)
 static char *
 avro_schema_text(const char *answer_text, int32 id)
 {
-	Jsonb	   *answer;
-	JsonbValue	key;
-	JsonbValue *v;
-	char	   *type = NULL;
+	SdpRegistryAnswer a;
+	char	   *error;
 
-	answer = DatumGetJsonbP(DirectFunctionCall1(jsonb_in,
-												CStringGetDatum(pg_any_to_server(answer_text, strlen(answer_text), PG_UTF8))));
-	key.type = jbvString;
-	key.val.string.val = "schemaType";
-	key.val.string.len = 10;
-	v = JB_ROOT_IS_OBJECT(answer) ? findJsonbValueFromContainer(&answer->root, JB_FOBJECT, &key) : NULL;
-	if (v != NULL && v->type == jbvString)
-		type = pnstrdup(v->val.string.val, v->val.string.len);
-	if (type != NULL && strcmp(type, "AVRO") != 0)
+	if (!sdp_registry_read_answer(answer_text, &a, &error))
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_TEXT_REPRESENTATION),
-				 errmsg("schema id %d is a %s schema, and the format is avro", id, type)));
-	key.val.string.val = "schema";
-	key.val.string.len = 6;
-	v = JB_ROOT_IS_OBJECT(answer) ? findJsonbValueFromContainer(&answer->root, JB_FOBJECT, &key) : NULL;
-	if (v == NULL || v->type != jbvString)
+				 errmsg("the schema registry's answer for schema id %d is not one: %s", id, error)));
+	if (a.schema_type != NULL && strcmp(a.schema_type, "AVRO") != 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_TEXT_REPRESENTATION),
-				 errmsg("the schema registry's answer for schema id %d has no \"schema\"", id)));
-	return pnstrdup(v->val.string.val, v->val.string.len);
+				 errmsg("schema id %d is a %s schema, and the format is avro", id, a.schema_type)));
+	return a.schema;
 }
 
 /*
@@ -167,30 +155,28 @@ avro_schema_text(const char *answer_text, int32 id)
 static void
 proto_files(FlowWorker *w, const char *answer, const char *name, int32 id, List **names, List **texts, int depth)
 {
-	char	   *schema;
-	char	   *type;
-	List	   *refs;
+	SdpRegistryAnswer a;
 	char	   *error;
 	ListCell   *lc;
 
-	if (!sdp_proto_answer(answer, &schema, &type, &refs, &error))
+	if (!sdp_registry_read_answer(answer, &a, &error))
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_TEXT_REPRESENTATION),
 				 errmsg("the schema registry's answer for %s is not one: %s", name, error)));
-	if (depth == 0 && (type == NULL || strcmp(type, "PROTOBUF") != 0))
+	if (depth == 0 && (a.schema_type == NULL || strcmp(a.schema_type, "PROTOBUF") != 0))
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_TEXT_REPRESENTATION),
 				 errmsg("schema id %d is a schema of type %s, and the format is protobuf", id,
-						type ? type : "AVRO")));
+						a.schema_type ? a.schema_type : "AVRO")));
 	if (list_length(*names) >= SDP_PROTO_MAX_REFERENCES || depth > 32)
 		ereport(ERROR,
 				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
 				 errmsg("schema id %d has more than %d references", id, SDP_PROTO_MAX_REFERENCES)));
 	*names = lappend(*names, pstrdup(name));
-	*texts = lappend(*texts, schema);
-	foreach(lc, refs)
+	*texts = lappend(*texts, a.schema);
+	foreach(lc, a.refs)
 	{
-		SdpProtoRef *ref = lfirst(lc);
+		SdpRegistryRef *ref = lfirst(lc);
 		SdpRegistryVersion *v;
 		ListCell   *seen;
 		bool		have = false;

@@ -45,6 +45,7 @@
 #include "utils/timestamp.h"
 
 #include "worker/batch.h"
+#include "worker/crash_guard.h"
 #include "worker/backfill.h"
 #include "worker/worker_slot.h"
 #include "worker/worker_start.h"
@@ -157,6 +158,9 @@ sdp_flow_worker_main(Datum main_arg)
 	w->batch_cxt = AllocSetContextCreate(TopMemoryContext, "sdp batch", ALLOCSET_DEFAULT_SIZES);
 	w->periodic_cxt = AllocSetContextCreate(TopMemoryContext, "sdp periodic work", ALLOCSET_SMALL_SIZES);
 
+	/* a fault (a signal) is recorded with the offsets it happened at: two in a row there fail the flow */
+	sdp_crash_guard_start(w);
+
 	/* Publish our pid; from here on our exit is reported to the launcher. */
 	now = GetCurrentTimestamp();
 	SpinLockAcquire(&w->slot->mutex);
@@ -170,6 +174,9 @@ sdp_flow_worker_main(Datum main_arg)
 	BackgroundWorkerInitializeConnectionByOid(w->args.dboid, w->args.owner, 0);
 	pgstat_report_appname(MyBgworkerEntry->bgw_name);
 	SetConfigOption("application_name", MyBgworkerEntry->bgw_name, PGC_USERSET, PGC_S_SESSION);
+
+	/* the worker died twice in a row at the same offsets: the flow fails instead of crashing the server again */
+	sdp_crash_guard_check(w);
 
 	/* a restored flow's offsets, state and target rows first (before its declaration is checked) */
 	sdp_wait_for_restore(w);

@@ -316,6 +316,10 @@ sdp_worker_take_partitions(FlowWorker *w, int n, int32 *partitions)
 		if (sdp_worker_owns_partition(&w->opts, partitions[i], w->args.worker_no, w->args.nworkers))
 			mine[nmine++] = partitions[i];
 	w->parts.topic_n = n;
+	/* the launcher runs no more workers than the topic has partitions (launcher.c) */
+	SpinLockAcquire(&w->slot->mutex);
+	w->slot->ctl.topic_partitions = n;
+	SpinLockRelease(&w->slot->mutex);
 	sdp_assign_partitions(w, nmine, mine);
 	pfree(mine);
 
