@@ -28,6 +28,12 @@ CREATE TABLE zones (zone text PRIMARY KEY, min_lat float8, max_lat float8);
 
 -- unknown source
 SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'nope', 'positions', 'icao24 text')$$);
+-- a temporary table is the declaring session's: the flow's worker cannot see it
+CREATE TEMP TABLE tmp_positions (icao24 text PRIMARY KEY);
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'tmp_positions', 'icao24 text')$$);
+SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text',
+  'SELECT i.icao24 FROM input i JOIN tmp_positions t USING (icao24)')$$);
+DROP TABLE tmp_positions;
 -- schemas that do not parse or cannot be decoded
 SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text,, lat')$$);
 SELECT pg_temp.refused($$SELECT sdp_create_flow('f', 'flights', 'positions', 'icao24 text); DROP TABLE positions; --')$$);

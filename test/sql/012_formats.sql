@@ -46,7 +46,9 @@ SELECT pg_temp.refused(format('SELECT sdp_create_source(%L, %L, %L, %L)', 's', '
                     '{"format": "avro", "schema.registry.url": "http://r:8081", "basic.auth.credentials.source": "SASL_INHERIT"}',
                     '{"format": "avro", "schema.registry.url": "http://r:8081", "basic.auth.user.info": "nocolon"}',
                     '{"format": "avro", "schema.registry.url": "http://r:8081", "schema.registry.ssl.endpoint.identification.algorithm": "x"}',
-                    '{"format": "protobuf"}', '{"key.format": "protobuf"}', '{"format": "proto"}']) o;
+                    '{"format": "protobuf"}', '{"key.format": "protobuf"}', '{"format": "proto"}',
+                    E'{"format": "avro", "schema.registry.url": "http://r:8081/\\nX-Evil: 1"}',
+                    '{"format": "avro", "schema.registry.url": "http://r:8081/a b"}']) o;
 -- Protobuf values and keys with a registry
 SELECT sdp_create_source('pb', '127.0.0.1:9', 't', '{"format": "protobuf", "key.format": "protobuf", "schema.registry.url": "http://127.0.0.1:9/"}');
 SELECT sdp_drop_source('pb');

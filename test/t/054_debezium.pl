@@ -7,7 +7,8 @@
 # transform reads debezium_op, debezium_source and debezium_ts_ms and makes
 # the target's key the same way for a delete; what is not an event it can
 # apply (no op, a truncate, an unknown op, a delete without before image or
-# key, a delete the target refuses) is dead-lettered with the reason and the
+# key, a delete whose before image lacks the key, a delete the target
+# refuses) is dead-lettered with the reason and the
 # rest goes through.  A DEFAULT does not stand in for a missing before image;
 # events without keys, and a transform that drops deletes, apply in order.
 # test/t/055_debezium_connect.pl runs a real Debezium.
@@ -166,6 +167,8 @@ SdpTest::query($node, 'CREATE TABLE holds (item_id int REFERENCES items (id)); I
 	[ key_json(9), 'not json', 0 ],
 	[ key_json(10), event(op => 'c', after => item(10, 'quince', 'many')), 0 ],
 	[ key_json(11), event(op => 'c', after => item(11, 'lemon', 1)), 0 ],
+	# a before image without the key's column: it would delete nothing
+	[ key_json(12), event(op => 'd', before => { name => 'n7' }), 0 ],
 	[ key_json(2, 1), event(op => 'd', before => { id => 2 }, wrapped => 1), 1 ],
 	[ key_json(5), event(op => 'd', before => { id => 5 }), 1 ]);
 SdpKafka::kcat_produce(bootstrap => $broker->bootstrap, topic => 'cdc', messages => \@m);
@@ -185,7 +188,8 @@ is(SdpTest::query($node, "SELECT string_agg(sqlstate || ' ' || error, E'\n' ORDE
 		'22P02 a delete event without a "before" image: no row to delete: the message has no key',
 		'22P02 a delete event without a "before" image: no row to delete: the message key is not the row\'s key (invalid JSON at line 1, column 1: Token "not" is invalid.)',
 		'22P02 invalid JSON at line 1, column 1: Token "not" is invalid.',
-		'22P02 field "after.qty": invalid input syntax for type integer: "many"'),
+		'22P02 field "after.qty": invalid input syntax for type integer: "many"',
+		'23502 a delete event whose key column "id" is null: it deletes no row of public.items'),
 	'each dead-lettered with its reason');
 
 # a primary key of two columns, a path in the image, in the order of its events
