@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # scripts/kafka.sh: Apache Kafka itself, for the tests, the demo and the
 # benchmarks: a single-node KRaft broker (broker and controller in one JVM)
-# on free loopback ports, with three listeners:
+# on free loopback ports, with four listeners:
 #
-#   PLAINTEXT   no authentication
-#   SASL_SSL    SCRAM-SHA-512 (user sdp, password sdp-secret, created when
-#               the storage is formatted) over TLS
-#   SSL         TLS, no client authentication
+#   PLAINTEXT       no authentication
+#   SASL_SSL        SCRAM-SHA-512 (user sdp, password sdp-secret, created when
+#                   the storage is formatted) over TLS
+#   SSL             TLS, no client authentication
+#   SASL_PLAINTEXT  SCRAM-SHA-512, the same user, without TLS
 #
 # The broker's certificate (for 127.0.0.1 and localhost) is signed by a CA
 # made here with openssl; clients trust it with ssl.ca.location (the file)
@@ -59,16 +60,16 @@ java_cmd() { java -Xms"$heap" -Xmx"$heap" -cp "$cache/libs/*" "$@"; }
 
 
 
-# server.properties for the ports (PLAINTEXT, SASL_SSL, SSL, CONTROLLER) and data directory
-write_properties() {  # FILE DATA PLAIN SASL SSL CTRL
+# server.properties for the ports (PLAINTEXT, SASL_SSL, SSL, CONTROLLER, SASL_PLAINTEXT) and data directory
+write_properties() {  # FILE DATA PLAIN SASL SSL CTRL SASLPLAIN
   cat > "$1" <<PROPS
 process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@127.0.0.1:$6
 controller.listener.names=CONTROLLER
-listeners=PLAINTEXT://127.0.0.1:$3,SASL_SSL://127.0.0.1:$4,SSL://127.0.0.1:$5,CONTROLLER://127.0.0.1:$6
-advertised.listeners=PLAINTEXT://127.0.0.1:$3,SASL_SSL://127.0.0.1:$4,SSL://127.0.0.1:$5
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SASL_SSL:SASL_SSL,SSL:SSL,CONTROLLER:PLAINTEXT
+listeners=PLAINTEXT://127.0.0.1:$3,SASL_SSL://127.0.0.1:$4,SSL://127.0.0.1:$5,CONTROLLER://127.0.0.1:$6,SASL_PLAINTEXT://127.0.0.1:$7
+advertised.listeners=PLAINTEXT://127.0.0.1:$3,SASL_SSL://127.0.0.1:$4,SSL://127.0.0.1:$5,SASL_PLAINTEXT://127.0.0.1:$7
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SASL_SSL:SASL_SSL,SSL:SSL,CONTROLLER:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT
 inter.broker.listener.name=PLAINTEXT
 log.dirs=$2
 # a single node: every internal topic has one replica, and few partitions (they are made on first use)
@@ -92,6 +93,7 @@ num.partitions=1
 log.retention.check.interval.ms=1000
 sasl.enabled.mechanisms=SCRAM-SHA-512
 listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
 ssl.keystore.type=PKCS12
 ssl.keystore.location=$cache/tls/broker.p12
 ssl.keystore.password=$tls_password
@@ -157,17 +159,17 @@ POM
 }
 
 start() {
-  local dir=$1 plain sasl ssl ctrl pid
+  local dir=$1 plain sasl ssl ctrl saslplain pid
   [ -f "$cache/.sdp-fetched" ] || die "Apache Kafka is not fetched: run bash scripts/kafka.sh fetch (as root)"
   mkdir -p "$dir"
   dir=$(cd "$dir" && pwd)
   if [ -f "$dir/ports" ]; then
-    read -r plain sasl ssl ctrl < "$dir/ports"   # a restart: the same ports and data
+    read -r plain sasl ssl ctrl saslplain < "$dir/ports"   # a restart: the same ports and data
   else
-    read -r plain sasl ssl ctrl < <(sdp_free_ports 4)
-    echo "$plain $sasl $ssl $ctrl" > "$dir/ports"
+    read -r plain sasl ssl ctrl saslplain < <(sdp_free_ports 5)
+    echo "$plain $sasl $ssl $ctrl $saslplain" > "$dir/ports"
     cp -r "$cache/template" "$dir/data"
-    write_properties "$dir/server.properties" "$dir/data" "$plain" "$sasl" "$ssl" "$ctrl"
+    write_properties "$dir/server.properties" "$dir/data" "$plain" "$sasl" "$ssl" "$ctrl" "$saslplain"
   fi
   # the JVM options of Kafka's own bin/kafka-run-class.sh (KAFKA_JVM_PERFORMANCE_OPTS):
   # G1 aiming at 20 ms pauses (the JVM's default aim is 200 ms); its GC log in DIR/gc.log.
@@ -194,6 +196,7 @@ start() {
 KAFKA_PLAINTEXT=127.0.0.1:$plain
 KAFKA_SASL_SSL=127.0.0.1:$sasl
 KAFKA_SSL=127.0.0.1:$ssl
+KAFKA_SASL_PLAINTEXT=127.0.0.1:$saslplain
 KAFKA_CA=$cache/tls/ca.pem
 KAFKA_OTHER_CA=$cache/tls/other-ca.pem
 KAFKA_USER=$scram_user

@@ -427,6 +427,7 @@ package SdpKafka::Apache
 	sub bootstrap ($self) { return $self->{env}{KAFKA_PLAINTEXT} }
 	sub sasl_ssl_bootstrap ($self) { return $self->{env}{KAFKA_SASL_SSL} }
 	sub ssl_bootstrap ($self) { return $self->{env}{KAFKA_SSL} }
+	sub sasl_plaintext_bootstrap ($self) { return $self->{env}{KAFKA_SASL_PLAINTEXT} }
 	sub ca_file ($self) { return $self->{env}{KAFKA_CA} }
 	sub other_ca_file ($self) { return $self->{env}{KAFKA_OTHER_CA} }
 	sub user ($self) { return $self->{env}{KAFKA_USER} }

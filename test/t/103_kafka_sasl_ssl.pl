@@ -17,7 +17,8 @@ use Time::HiRes qw(time);
 SdpKafka::needs_apache('the broker authenticates with SCRAM over TLS');
 
 my $broker = SdpKafka::start_broker(topics => { 'secure-in' => 2, 'secure-out' => 2 });
-my ($plain, $sasl, $ssl) = ($broker->bootstrap, $broker->sasl_ssl_bootstrap, $broker->ssl_bootstrap);
+my ($plain, $sasl, $ssl, $sasl_plain) = ($broker->bootstrap, $broker->sasl_ssl_bootstrap, $broker->ssl_bootstrap,
+	$broker->sasl_plaintext_bootstrap);
 my $ca = PostgreSQL::Test::Utils::slurp_file($broker->ca_file);
 my $other_ca = PostgreSQL::Test::Utils::slurp_file($broker->other_ca_file);
 my ($user, $password) = ($broker->user, $broker->password);
@@ -77,6 +78,26 @@ my $took = seconds_until(q{SELECT state = 'retrying' AND last_error ~* 'authenti
 ok(defined $took, sprintf('a wrong password: retrying, with the reason, within %.1f s (at most 30)', $took // 30));
 note 'reason: ' . SdpTest::query($node, q{SELECT last_error FROM sdp.flow_status WHERE flow = 'bad_pw_flow'});
 is(SdpTest::query($node, q{SELECT messages_read FROM sdp.flow_status WHERE flow = 'bad_pw_flow'}), '0', 'nothing read');
+
+# the same over SASL_PLAINTEXT (no TLS): a wrong password is an authentication failure there too
+# (librdkafka said only "1/1 brokers are down" once the broker had closed the connection)
+sub plain_props
+{
+	my ($pw) = @_;
+	my $p = $json->encode({ 'security.protocol' => 'SASL_PLAINTEXT', 'sasl.mechanisms' => 'SCRAM-SHA-512',
+		'sasl.username' => $user, 'sasl.password' => $pw });
+	$p =~ s/'/''/g;
+	return $p;
+}
+SdpTest::query($node, "SET ROLE carol; SELECT sdp_create_source('bad_pw_plain', '$sasl_plain', 'secure-in', '@{[ plain_props('not-it') ]}');
+  SELECT sdp_create_flow('bad_pw_plain_flow', 'bad_pw_plain', 'secured', 'seq int', options => '{\"mode\": \"append\"}')");
+$took = seconds_until(q{SELECT state = 'retrying' AND last_error ~* 'authentication' FROM sdp.flow_status WHERE flow = 'bad_pw_plain_flow'}, 30);
+ok(defined $took, sprintf('SASL_PLAINTEXT, a wrong password: retrying, with the authentication failure, within %.1f s (at most 30)', $took // 30));
+note 'reason: ' . SdpTest::query($node, q{SELECT last_error FROM sdp.flow_status WHERE flow = 'bad_pw_plain_flow'});
+is(SdpTest::query($node, q{SELECT messages_read FROM sdp.flow_status WHERE flow = 'bad_pw_plain_flow'}), '0', 'nothing read');
+SdpTest::query($node, "SET ROLE carol; SELECT sdp_create_source('good_plain', '$sasl_plain', 'secure-in', '@{[ plain_props($password) ]}');
+  SELECT sdp_create_flow('good_plain_flow', 'good_plain', 'secured', 'seq int', options => '{\"mode\": \"append\"}')");
+ok(SdpTest::wait_consumed($node, 'good_plain_flow', 500), 'over SASL_PLAINTEXT with the right password: the flow read the 500');
 
 # a broker certificate the client's CA did not sign
 SdpTest::query($node, "SET ROLE carol; SELECT sdp_create_source('bad_ca', '$ssl', 'secure-in', "
