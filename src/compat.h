@@ -16,7 +16,8 @@
  *		relations; permissions are RTEPermissionInfo nodes beside the
  *		range table (ExecCheckPermissions, ExecInitRangeTable's
  *		permInfos); ExecInsertIndexTuples takes onlySummarizing;
- *		float8in_internal a soft-error context (NULL: raise)
+ *		float8in_internal a soft-error context (NULL: raise); pg_proc_aclcheck
+ *		is object_aclcheck of pg_proc
  *	17	makeJsonLexContextCstringLen takes the context to fill (NULL:
  *		allocate one); dshash_parameters has a key copy function;
  *		CheckValidResultRel takes the MERGE actions; CreateWaitEventSet
@@ -53,6 +54,16 @@
 #if PG_VERSION_NUM >= 160000
 #include "parser/parse_relation.h"
 #include "varatt.h"				/* VARDATA_ANY and the others: postgres.h's before 16 */
+#endif
+
+/* whether a role may execute a function */
+#if PG_VERSION_NUM >= 160000
+#include "catalog/pg_proc.h"
+#include "utils/acl.h"
+#define sdp_proc_aclcheck(fn, role, mode) object_aclcheck(ProcedureRelationId, (fn), (role), (mode))
+#else
+#include "utils/acl.h"
+#define sdp_proc_aclcheck(fn, role, mode) pg_proc_aclcheck((fn), (role), (mode))
 #endif
 
 /* a function that does not return: pg_noreturn before its declaration (18's C11 _Noreturn) */

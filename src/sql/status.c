@@ -30,6 +30,7 @@
 #include "stateful/registry.h"
 #include "stateful/state_store.h"
 #include "decl/catalog.h"
+#include "decl/flow_options.h"
 #include "shmem/metrics.h"
 #include "shmem/slots.h"
 #include "sql/roles.h"
@@ -705,11 +706,30 @@ put_state_row(ReturnSetInfo *rsinfo, const char *key, const char *state, const c
 	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 }
 
+static void put_state_row(ReturnSetInfo *rsinfo, const char *key, const char *state, const char *json);
+
+/* A key's own state of an operator, as rows (reader_rows' callback). */
+typedef struct ExtRows
+{
+	ReturnSetInfo *rsinfo;
+	const char *key;
+} ExtRows;
+
+static void
+put_ext_row(void *arg, const char *state, const char *json)
+{
+	ExtRows    *xr = arg;
+
+	put_state_row(xr->rsinfo, xr->key, state, json);
+}
+
 /* One key's state, copied out of the store. */
 typedef struct StateCopy
 {
 	SdpStateEntry entry;
 	SdpStateMap *map;			/* a copy, or NULL */
+	void	   *ext;			/* the operator's own state of the key (reader_copy), or NULL */
+	int			store;			/* which store it was copied from (its reader) */
 } StateCopy;
 
 /*
@@ -721,7 +741,8 @@ typedef struct StateCopy
  * the worker.  What is copied is at most the flow's state_memory_limit.
  */
 static List *
-copy_state(dsa_handle area, dshash_table_handle table, MemoryContext cxt)
+copy_state(dsa_handle area, dshash_table_handle table, MemoryContext cxt, const SdpOperator *op,
+		   Jsonb *options, void **reader)
 {
 	ResourceOwner owner = CurrentResourceOwner;
 	List	   *volatile copies = NIL;
@@ -734,6 +755,8 @@ copy_state(dsa_handle area, dshash_table_handle table, MemoryContext cxt)
 		dshash_seq_status status;
 		SdpStateEntry *e;
 
+		/* an operator's own state of keys: what the copies need, looked up before any lock */
+		*reader = op->reader_begin ? op->reader_begin(options, store) : NULL;
 		dshash_seq_init(&status, store->table, false);
 		while ((e = dshash_seq_next(&status)) != NULL)
 		{
@@ -745,6 +768,7 @@ copy_state(dsa_handle area, dshash_table_handle table, MemoryContext cxt)
 
 			memcpy(&c->entry, e, sizeof(SdpStateEntry));
 			c->map = sdp_state_map_copy(store, e);
+			c->ext = *reader && DsaPointerIsValid(e->ext) ? op->reader_copy(*reader, e) : NULL;
 			copies = lappend(copies, c);
 		}
 		dshash_seq_term(&status);
@@ -825,6 +849,8 @@ sdp_flow_state(PG_FUNCTION_ARGS)
 	bool		isnull;
 	Oid			owner;
 	int			s;
+	Jsonb	   *options = NULL;
+	void	  **readers;
 
 	sdp_require_shmem();
 	InitMaterializedSRF(fcinfo, 0);
@@ -832,7 +858,7 @@ sdp_flow_state(PG_FUNCTION_ARGS)
 	/* the flow's operator and owner, read with search_path pinned: the caller's operators must not match */
 	SPI_connect();
 	sdp_catalog_enter(&scope);
-	found = SPI_execute_with_args(psprintf("SELECT operator, owner::text, %s FROM sdp.flows WHERE name = $1",
+	found = SPI_execute_with_args(psprintf("SELECT operator, owner::text, %s, options FROM sdp.flows WHERE name = $1",
 										   sdp_owner_oid_sql("owner")),
 								  1, argtypes, args, NULL, true, 1) == SPI_OK_SELECT &&
 		SPI_processed == 1;
@@ -847,6 +873,16 @@ sdp_flow_state(PG_FUNCTION_ARGS)
 	opname = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
 	if (opname)
 		op = sdp_find_operator(opname);
+	if (op && op->reader_begin)
+	{
+		SdpFlowOptions opts;
+		Datum		o = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 4, &isnull);
+
+		MemoryContextSwitchTo(cxt);
+		memset(&opts, 0, sizeof(opts));
+		sdp_parse_flow_options(isnull ? NULL : DatumGetJsonbPCopy(o), &opts);
+		options = opts.operator_options;
+	}
 	SPI_finish();
 	MemoryContextSwitchTo(cxt);
 	if (op == NULL)
@@ -868,14 +904,30 @@ sdp_flow_state(PG_FUNCTION_ARGS)
 	LWLockRelease(SdpShmem->lock);
 
 	states = NIL;
+	readers = palloc0(sizeof(void *) * Max(nstores, 1));
 	for (int i = 0; i < nstores; i++)
-		states = list_concat(states, copy_state(areas[i], tables[i], cxt));
+	{
+		List	   *copies = copy_state(areas[i], tables[i], cxt, op, options, &readers[i]);
+		ListCell   *cc;
+
+		foreach(cc, copies)
+			((StateCopy *) lfirst(cc))->store = i;
+		states = list_concat(states, copies);
+	}
 
 	foreach(lc, states)
 	{
 		StateCopy  *c = lfirst(lc);
 		SdpStateEntry *e = &c->entry;
 		StringInfoData buf;
+
+		if (c->ext != NULL)
+		{
+			void	   *reader = readers[c->store];
+			ExtRows		xr = {rsinfo, op->reader_key(reader, c->ext)};
+
+			op->reader_rows(reader, c->ext, put_ext_row, &xr);
+		}
 
 		for (int i = 0; i < SDP_STATE_VALUES; i++)
 		{

@@ -146,8 +146,8 @@ timer_compare(const pairingheap_node *a, const pairingheap_node *b, void *arg)
 	return 0;
 }
 
-static void
-index_timer(SdpOperatorContext *ctx, const char *key, const SdpTimer *timer)
+void
+sdp_operator_index_timer(SdpOperatorContext *ctx, const char *key, const SdpTimer *timer)
 {
 	TimerNode  *n = MemoryContextAllocZero(TopMemoryContext, sizeof(TimerNode));
 	TimerBucket *b;
@@ -175,7 +175,7 @@ sdp_timer_register(SdpOperatorContext *ctx, SdpKeyState *key, SdpTimeKind kind,
 	t.when = when;
 	t.tag = tag;
 	if (sdp_state_add_timer(key, kind, when, tag))
-		index_timer(ctx, key->key, &t);
+		sdp_operator_index_timer(ctx, key->key, &t);
 }
 
 bool
@@ -206,7 +206,9 @@ sdp_operator_index_timers(SdpOperatorContext *ctx)
 	while ((e = dshash_seq_next(&status)) != NULL)
 	{
 		for (int i = 0; i < e->ntimers; i++)
-			index_timer(ctx, e->key, &e->timers[i]);
+			sdp_operator_index_timer(ctx, e->key, &e->timers[i]);
+		if (ctx->op->index_key_timers)
+			ctx->op->index_key_timers(ctx, e);
 	}
 	dshash_seq_term(&status);
 }
@@ -301,9 +303,18 @@ sdp_operator_fire_timers(SdpOperatorContext *ctx)
 				SdpKeyState ks;
 
 				sdp_state_open_key(ctx->store, n->key, false, &ks);
-				if (ks.entry != NULL && sdp_state_remove_timer(&ks, n->timer.kind, n->timer.when, n->timer.tag))
+				if (ks.entry != NULL &&
+					(ctx->op->take_timer ? ctx->op->take_timer(ctx, &ks, &n->timer)
+					 : sdp_state_remove_timer(&ks, n->timer.kind, n->timer.when, n->timer.tag)))
 				{
 					ctx->timers_fired++;
+					if (ctx->op->calls_user_code)
+					{
+						/* no lock while the owner's code runs: the operator opens the key itself */
+						ctx->call_partition = ks.entry->partition;
+						sdp_state_close_key(&ks);
+						ks.key = n->key;
+					}
 					ctx->op->handle_expired_timer(ctx, &ks, &n->timer);
 				}
 				sdp_state_close_key(&ks);
@@ -404,7 +415,7 @@ sdp_operator_check_rows(SdpOperatorContext *ctx, HeapTuple *rows, int n)
 		bool		isnull;
 		Datum		d = heap_getattr(rows[i], ctx->key_index + 1, ctx->input_desc, &isnull);
 
-		if (!isnull &&
+		if (!isnull && !ctx->op->calls_user_code &&
 			sdp_text_form_length(d, TupleDescAttr(ctx->input_desc, ctx->key_index)->atttypid,
 								 &ctx->key_out) >= SDP_STATE_KEY_MAX)
 			ereport(ERROR,
@@ -474,6 +485,15 @@ sdp_operator_row_key(SdpOperatorContext *ctx, HeapTuple row)
 	if (isnull)
 		return NULL;
 	text = OutputFunctionCall(&ctx->key_out, d);
+	if (ctx->op->calls_user_code)
+	{
+		/* a key of any length: its store key (a digest for a long one) */
+		char	   *store_key = palloc(SDP_STATE_KEY_MAX);
+
+		sdp_state_store_key(text, store_key);
+		pfree(text);
+		return store_key;
+	}
 	if (strlen(text) >= SDP_STATE_KEY_MAX)
 		ereport(ERROR,
 				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
@@ -539,6 +559,17 @@ sdp_operator_handle_rows(SdpOperatorContext *ctx, HeapTuple *rows, const int32 *
 	{
 		SdpKeyState ks;
 
+		if (ctx->op->calls_user_code)
+		{
+			/* the owner's code runs with no lock held: the operator opens the key itself */
+			memset(&ks, 0, sizeof(ks));
+			ks.store = ctx->store;
+			ks.key = order[i]->key;
+			ctx->call_partition = order[i]->partition;
+			ctx->op->handle_rows(ctx, &ks, order[i]->rows, order[i]->nrows);
+			CHECK_FOR_INTERRUPTS();
+			continue;
+		}
 		sdp_state_open_key(ctx->store, order[i]->key, true, &ks);
 		if (ks.entry->partition < 0 && order[i]->partition >= 0)
 		{

@@ -87,6 +87,8 @@ typedef struct SdpOperator SdpOperator;
 
 typedef struct SdpOperatorContext
 {
+	/* the partition of the key of a call with the key closed (calls_user_code), -1: not known */
+	int32		call_partition;
 	const SdpOperator *op;
 	void	   *config;			/* the operator's parsed options */
 	SdpStateStore *store;
@@ -151,6 +153,51 @@ struct SdpOperator
 	char	   *(*build_transform) (SdpOperatorContext *ctx, const char *user_transform, TupleDesc rows);
 	void		(*reload) (SdpOperatorContext *ctx);
 	void		(*maintain) (SdpOperatorContext *ctx);
+
+	/*
+	 * An operator that runs the flow owner's functions (the processor):
+	 * keys of any length (the store key of a long one is its digest,
+	 * sdp_state_store_key: key->key is the store key), and handle_rows and
+	 * handle_expired_timer called with the key closed (key->entry NULL), so
+	 * that no lock is held while the owner's code runs: the operator opens
+	 * the key for each access.  Its timers are its own (in its ext state):
+	 * take_timer removes a due one from the open key (false: it was deleted
+	 * meanwhile), index_key_timers indexes a restored key's
+	 * (sdp_operator_index_timer).
+	 */
+	bool		calls_user_code;
+	bool		(*take_timer) (SdpOperatorContext *ctx, SdpKeyState *key, const SdpTimer *timer);
+	void		(*index_key_timers) (SdpOperatorContext *ctx, SdpStateEntry *entry);
+
+	/*
+	 * An operator that can undo its state changes (the processor): mark
+	 * where an attempt or a part of it starts, undo back to a mark, and keep
+	 * what an attempt did once its batch has committed.  The worker then
+	 * isolates a failing batch's messages through the operator too, rather
+	 * than restart from the checkpoint.
+	 */
+	int			(*mark) (SdpOperatorContext *ctx);
+	void		(*undo) (SdpOperatorContext *ctx, int mark);
+	void		(*commit) (SdpOperatorContext *ctx);
+
+	/*
+	 * Optional: run once, in the first batch of a flow that has never
+	 * committed, before its rows (the processor's initial state).
+	 */
+	void		(*initial) (SdpOperatorContext *ctx);
+
+	/*
+	 * sdp_flow_state of an operator with its own state: reader_begin (in a
+	 * reader, before any lock) makes what the two others need;
+	 * reader_copy copies a key's own state while its entry is locked (no
+	 * catalog access, no lock taken); reader_rows gives its rows, (state
+	 * name, jsonb text), after the lock is released.
+	 */
+	void	   *(*reader_begin) (Jsonb *options, SdpStateStore *store);
+	void	   *(*reader_copy) (void *reader, SdpStateEntry *entry);
+	void		(*reader_rows) (void *reader, void *copy,
+								void (*put) (void *arg, const char *state, const char *json), void *arg);
+	const char *(*reader_key) (void *reader, void *copy);
 };
 
 
@@ -189,6 +236,7 @@ sdp_event_time_usable(TimestampTz t)
 	return t >= MIN_TIMESTAMP + SDP_EVENT_TIME_MARGIN_US && t < END_TIMESTAMP - SDP_EVENT_TIME_MARGIN_US;
 }
 extern void sdp_operator_index_timers(SdpOperatorContext *ctx);
+extern void sdp_operator_index_timer(SdpOperatorContext *ctx, const char *store_key, const SdpTimer *timer);
 
 /* helpers for validate */
 extern int	sdp_operator_column(TupleDesc desc, const char *name, const char *option, bool required);

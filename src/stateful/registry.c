@@ -13,10 +13,12 @@
 
 extern const SdpOperator sdp_active_count_operator;
 extern const SdpOperator sdp_window_agg_operator;
+extern const SdpOperator sdp_processor_operator;
 
 static const SdpOperator *const operators[] = {
 	&sdp_active_count_operator,
 	&sdp_window_agg_operator,
+	&sdp_processor_operator,
 	NULL
 };
 

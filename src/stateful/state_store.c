@@ -157,11 +157,49 @@ sdp_state_detach(SdpStateStore *store)
 	pfree(store);
 }
 
-/* Shared memory the state takes (entries and maps; the writer keeps count). */
+/* Shared memory the state takes (entries, maps and the operators' own; the writer keeps count). */
 size_t
 sdp_state_memory(SdpStateStore *store)
 {
-	return (size_t) store->nkeys * sizeof(SdpStateEntry) + store->map_bytes;
+	return (size_t) store->nkeys * sizeof(SdpStateEntry) + store->map_bytes + store->ext_bytes;
+}
+
+/* An operator with state of its own for keys (SdpStateEntry.ext) says how to checkpoint it. */
+void
+sdp_state_set_ext_ops(SdpStateStore *store, const SdpStateExtOps *ops)
+{
+	store->ext_ops = ops;
+}
+
+/*
+ * The store's key of a key's text form (see state_store.h): a digest is the
+ * mark, then 64 bits of each of two hashes of the text and its length, in
+ * hex.  Two keys with one digest would share their state; the operator that
+ * keeps the text checks it at each open (processor.c).
+ */
+void
+sdp_state_store_key(const char *text, char *out)
+{
+	size_t		len = strlen(text);
+	uint64		h1,
+				h2;
+
+	memset(out, 0, SDP_STATE_KEY_MAX);
+	if (len < SDP_STATE_KEY_MAX && text[0] != SDP_STATE_DIGEST_MARK)
+	{
+		memcpy(out, text, len);
+		return;
+	}
+	h1 = hash_bytes_extended((const unsigned char *) text, (int) Min(len, PG_INT32_MAX), 0);
+	h2 = hash_bytes_extended((const unsigned char *) text, (int) Min(len, PG_INT32_MAX), UINT64CONST(0x5d9f3c2b7e1a4f6d));
+	snprintf(out, SDP_STATE_KEY_MAX, "%c%016llx%016llx%08llx", SDP_STATE_DIGEST_MARK,
+			 (unsigned long long) h1, (unsigned long long) h2, (unsigned long long) (len & 0xffffffff));
+}
+
+bool
+sdp_state_key_is_digest(const char *store_key)
+{
+	return store_key[0] == SDP_STATE_DIGEST_MARK;
 }
 
 /*
@@ -254,8 +292,8 @@ sdp_state_purge_resting(SdpStateStore *store)
 }
 
 /* dsa_allocate that reports the flow's limit rather than a generic out of memory */
-static dsa_pointer
-state_allocate(SdpStateStore *store, size_t size)
+dsa_pointer
+sdp_state_allocate(SdpStateStore *store, size_t size)
 {
 	dsa_pointer p = dsa_allocate_extended(store->area, size, DSA_ALLOC_NO_OOM | DSA_ALLOC_ZERO);
 
@@ -303,6 +341,7 @@ sdp_state_open_key(SdpStateStore *store, const char *key, bool create, SdpKeySta
 		/* dshash copied the key; clear the rest */
 		memset((char *) ks->entry + SDP_STATE_KEY_MAX, 0, sizeof(SdpStateEntry) - SDP_STATE_KEY_MAX);
 		ks->entry->map = InvalidDsaPointer;
+		ks->entry->ext = InvalidDsaPointer;
 		ks->entry->partition = -1;
 		ks->created = true;
 		if (store->nkeys - store->nresting > store->live_peak)
@@ -347,7 +386,7 @@ sdp_state_close_key(SdpKeyState *ks)
 	if (e == NULL)
 		return;
 	if (store->writer && e->values_set == 0 && e->ntimers == 0 &&
-		sdp_state_map_count(ks) == 0)
+		sdp_state_map_count(ks) == 0 && !DsaPointerIsValid(e->ext))
 	{
 		if (DsaPointerIsValid(e->map))
 			map_free(store, e);
@@ -478,7 +517,7 @@ map_rebuild(SdpKeyState *ks, int capacity, int new_value_len)
 	SdpStateStore *store = ks->store;
 	SdpStateMap *old = map_of(ks);
 	int			value_len = old ? old->value_len : new_value_len;
-	dsa_pointer np = state_allocate(store, map_size(capacity, value_len));
+	dsa_pointer np = sdp_state_allocate(store, map_size(capacity, value_len));
 	SdpStateMap *map = dsa_get_address(store->area, np);
 
 	store->map_bytes += map_size(capacity, value_len);
@@ -708,7 +747,7 @@ sdp_state_serialize(SdpStateStore *store, SdpStateEntry *entry)
 	SdpStateMap *map = DsaPointerIsValid(entry->map) ? dsa_get_address(store->area, entry->map) : NULL;
 	int32		value_len = map ? map->value_len : store->map_value_len;
 	int32		count = map ? map->count : 0;
-	uint32		version = 1;
+	uint32		version = DsaPointerIsValid(entry->ext) ? 2 : 1;
 	bytea	   *result;
 
 	initStringInfo(&buf);
@@ -733,6 +772,18 @@ sdp_state_serialize(SdpStateStore *store, SdpStateEntry *entry)
 			appendBinaryStringInfo(&buf, slot + 1, len);
 			appendBinaryStringInfo(&buf, slot + 1 + SDP_STATE_MEMBER_MAX, value_len);
 		}
+	}
+	/* version 2: the operator's own state, its length first */
+	if (version == 2)
+	{
+		int32		at = buf.len;
+		int32		len = 0;
+
+		Assert(store->ext_ops != NULL);
+		appendBinaryStringInfo(&buf, (char *) &len, sizeof(len));
+		store->ext_ops->serialize(store, entry, &buf);
+		len = buf.len - at - (int32) sizeof(len);
+		memcpy(buf.data + at, &len, sizeof(len));
 	}
 	result = palloc(VARHDRSZ + buf.len);
 	SET_VARSIZE(result, VARHDRSZ + buf.len);
@@ -790,7 +841,7 @@ sdp_state_restore(SdpStateStore *store, const char *key, int32 partition, bytea 
 	sdp_state_open_key(store, key, true, &ks);
 	ks.entry->partition = partition;
 	READ(&version, sizeof(version));
-	if (version != 1)
+	if (version != 1 && version != 2)
 		ereport(ERROR,
 				(errcode(ERRCODE_DATA_CORRUPTED),
 				 errmsg("checkpointed state of key \"%s\" has unknown version %u", key, version)));
@@ -828,6 +879,19 @@ sdp_state_restore(SdpStateStore *store, const char *key, int32 partition, bytea 
 		sdp_state_map_put(&ks, member, value);
 	}
 	pfree(value);
+	if (version == 2)
+	{
+		int32		len;
+
+		READ(&len, sizeof(len));
+		if (len < 0 || pos + len > end || store->ext_ops == NULL)
+			ereport(ERROR,
+					(errcode(ERRCODE_DATA_CORRUPTED),
+					 errmsg("checkpointed state of key \"%s\" holds an operator's own state of %d bytes, which this operator does not read",
+							key, len)));
+		store->ext_ops->restore(store, &ks, pos, len);
+		pos += len;
+	}
 	/* restored state is what the checkpoint holds: nothing to write back */
 	ks.dirty = false;
 	sdp_state_close_key(&ks);

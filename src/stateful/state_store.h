@@ -8,6 +8,7 @@
 #include "sdp.h"
 
 #include "lib/dshash.h"
+#include "lib/stringinfo.h"
 #include "utils/hsearch.h"
 #include "utils/dsa.h"
 
@@ -47,6 +48,7 @@ typedef struct SdpStateEntry
 	int64		values[SDP_STATE_VALUES];
 	SdpTimer	timers[SDP_STATE_TIMERS];
 	dsa_pointer map;			/* SdpStateMap, or InvalidDsaPointer */
+	dsa_pointer ext;			/* the operator's own state of the key (SdpStateExtOps), or InvalidDsaPointer */
 } SdpStateEntry;
 
 /*
@@ -79,6 +81,26 @@ typedef struct SdpStateMap
 	/* capacity slots follow: [uint8 status][member][value] */
 } SdpStateMap;
 
+struct SdpStateStore;
+struct SdpKeyState;
+
+/*
+ * State of a shape of its own that an operator keeps for a key, beside the
+ * values, map and timers every operator has (the processor's variables):
+ * SdpStateEntry.ext points to it, the operator makes and frees it (in the
+ * store's area, sdp_state_allocate), and leaves it invalid when the key has
+ * none (a key with no state at all rests or is deleted, as others).  The
+ * store writes it into the key's checkpoint and reads it back by these.
+ */
+typedef struct SdpStateExtOps
+{
+	/* the key's ext as bytes, appended to buf (its entry is locked) */
+	void		(*serialize) (struct SdpStateStore *store, SdpStateEntry *entry, StringInfo buf);
+	/* the key's ext from those bytes (the writer, at restore; the key is open) */
+	void		(*restore) (struct SdpStateStore *store, struct SdpKeyState *ks, const char *data, int len);
+	void	   *arg;			/* the operator's */
+} SdpStateExtOps;
+
 /* The store of one flow, as its worker or a reader sees it. */
 typedef struct SdpStateStore
 {
@@ -100,6 +122,8 @@ typedef struct SdpStateStore
 	uint32		dirty_epoch;
 	/* writer only: inside a dshash call that allocates (left set if it raised) */
 	bool		allocating;
+	const SdpStateExtOps *ext_ops;	/* writer only: the operator's own state of keys, or NULL */
+	size_t		ext_bytes;		/* writer only: what it takes (the operator counts) */
 } SdpStateStore;
 
 /* A key's state while an operator works on it (its dshash entry is locked). */
@@ -118,6 +142,18 @@ extern SdpStateStore *sdp_state_create(size_t limit_bytes, int map_value_len,
 extern SdpStateStore *sdp_state_attach(dsa_handle area_handle, dshash_table_handle table_handle);
 extern void sdp_state_detach(SdpStateStore *store);
 extern size_t sdp_state_memory(SdpStateStore *store);
+
+/*
+ * The store's key for a key's text form: the text itself when it is shorter
+ * than SDP_STATE_KEY_MAX (and does not start with SDP_STATE_DIGEST_MARK), else
+ * a digest of it (an operator that takes keys of any length keeps the text in
+ * its ext).
+ */
+#define SDP_STATE_DIGEST_MARK	'\x01'
+extern void sdp_state_store_key(const char *text, char *out);
+extern bool sdp_state_key_is_digest(const char *store_key);
+extern dsa_pointer sdp_state_allocate(SdpStateStore *store, size_t size);
+extern void sdp_state_set_ext_ops(SdpStateStore *store, const SdpStateExtOps *ops);
 
 extern void sdp_state_open_key(SdpStateStore *store, const char *key, bool create, SdpKeyState *ks);
 extern void sdp_state_close_key(SdpKeyState *ks);

@@ -455,6 +455,34 @@ transform_for_operator(void *arg, int lo, int hi)
 }
 
 /*
+ * An operator that undoes its changes: transform input rows [lo, hi) and
+ * hand their rows to the operator; a failure in either undoes what the
+ * operator changed for them (the subtransaction rolls the rest back).
+ */
+static void
+transform_and_operate(void *arg, int lo, int hi)
+{
+	StageRun   *r = arg;
+	int			first = r->nrows;
+	int			nemitted;
+	int			mark = sdp_stateful_mark(r->w, &nemitted);
+
+	PG_TRY();
+	{
+		transform_for_operator(r, lo, hi);
+		r->stage = "transform";
+		sdp_stateful_handle_rows(r->w, r->rows + first, r->parts + first, r->nrows - first);
+	}
+	PG_CATCH();
+	{
+		sdp_stateful_undo_to(r->w, mark, nemitted);
+		r->nrows = first;
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+}
+
+/*
  * Put the batch's rows in partition order, each partition's in the order
  * they came (offset order): the stateful transform runs per partition.
  */
@@ -724,17 +752,37 @@ stage_stateful(FlowWorker *w, Batch *b, bool isolate, char **fail_message)
 	if (!sdp_stateful_rows_know_partition(w))
 		sort_rows_by_partition(b);
 	sdp_stateful_begin_attempt(w);
-	if (!isolate)
-		transform_for_operator(&r, 0, b->nrows);
-	else if (!run_isolated_stage(&r, transform_for_operator, true, 0, b->nrows))
+	if (isolate && sdp_stateful_can_undo(w))
 	{
-		*fail_message = r.fail_message;
-		return false;
+		/*
+		 * An operator that undoes its changes (the processor, whose handlers
+		 * are the owner's code) is isolated with the transform: a part of
+		 * the batch that fails in either is undone, and its bad messages
+		 * are set aside whichever stage raised.
+		 */
+		sdp_stateful_operate_begin(w);
+		if (!run_isolated_stage(&r, transform_and_operate, true, 0, b->nrows))
+		{
+			*fail_message = r.fail_message;
+			return false;
+		}
+		b->rows_out = r.nrows;
+		e.nrows = sdp_stateful_operate_end(w, b, &e.rows);
 	}
-	b->rows_out = r.nrows;
+	else
+	{
+		if (!isolate)
+			transform_for_operator(&r, 0, b->nrows);
+		else if (!run_isolated_stage(&r, transform_for_operator, true, 0, b->nrows))
+		{
+			*fail_message = r.fail_message;
+			return false;
+		}
+		b->rows_out = r.nrows;
 
-	SDP_BURST_MARK(0);
-	e.nrows = sdp_stateful_operate(w, b, r.rows, r.parts, r.nrows, &e.rows);
+		SDP_BURST_MARK(0);
+		e.nrows = sdp_stateful_operate(w, b, r.rows, r.parts, r.nrows, &e.rows);
+	}
 	SDP_BURST_MARK(1);
 	SDP_BURST_ROWS(e.nrows);
 
@@ -966,7 +1014,7 @@ sdp_batch_run(FlowWorker *w, Batch *b, char **message)
 			edata->message = psprintf("%s: the batch's statements ran longer than the flow's statement_timeout of %d ms",
 									  edata->message, w->opts.statement_timeout_ms);
 
-		mutated = sdp_stateful_take_mutated(w);
+		mutated = sdp_stateful_end_attempt(w, edata == NULL && ok, b->checkpointed);
 		if (edata == NULL)
 		{
 			if (ok)
@@ -976,6 +1024,13 @@ sdp_batch_run(FlowWorker *w, Batch *b, char **message)
 			return SDP_BATCH_FAIL;
 		}
 		b->dead = list_truncate(b->dead, b->ndead_decode);
+		/* an operator that undid its changes: the state outgrew its limit all the same, and the flow fails */
+		if (!mutated && w->stateful && sdp_stateful_limit_error(w, edata))
+		{
+			*message = psprintf("state of the flow exceeds its state_memory_limit of %d kB: %s",
+								w->opts.state_memory_limit_kb, edata->message);
+			return SDP_BATCH_FAIL;
+		}
 		if (mutated)
 		{
 			/* the operator's state moved and did not roll back */

@@ -85,7 +85,9 @@ struct SdpStatefulState
 	bool		checkpoint_deferred;	/* a due checkpoint left to the batch after one that emitted */
 
 	/* the batch under way */
-	bool		state_mutated;	/* the operator has changed state (sdp_stateful_take_mutated) */
+	bool		state_mutated;	/* the operator has changed state (sdp_stateful_end_attempt) */
+	TimestampTz attempt_watermark;	/* the watermark when the attempt began (an operator that undoes) */
+	bool		initial_pending;	/* the operator's initial state is to run (a flow that never checkpointed) */
 	char	   *flow_fault;		/* an error that fails the flow, not a message (check_ownership) */
 
 	/* workers > 1: who owns the keys */
@@ -309,6 +311,7 @@ sdp_stateful_begin_attempt(FlowWorker *w)
 {
 	HASHCTL		ctl;
 
+	w->stateful->attempt_watermark = w->stateful->opctx->watermark;
 	if (w->args.nworkers <= 1)
 		return;
 	for (int k = 0; k < w->args.nworkers; k++)
@@ -782,6 +785,16 @@ sdp_stateful_restore(FlowWorker *w)
 			w->stateful->wm_last_data = now;
 		}
 	}
+	/* an operator's initial state: in the first batch of a flow that never checkpointed */
+	if (w->prep.op->initial)
+	{
+		sdp_catalog_enter(&scope);
+		if (SPI_execute_with_args("SELECT 1 FROM sdp.offsets WHERE flow_id = $1 AND state_offset IS NOT NULL LIMIT 1",
+								  1, argtypes, values, nulls, true, 0) != SPI_OK_SELECT)
+			elog(ERROR, "could not read the offsets of flow \"%s\"", w->args.name);
+		w->stateful->initial_pending = SPI_processed == 0 && nkeys == 0;
+		sdp_catalog_leave(&scope);
+	}
 	PopActiveSnapshot();
 	SPI_finish();
 	CommitTransactionCommand();
@@ -964,19 +977,19 @@ sdp_stateful_check_rows(FlowWorker *w, HeapTuple *rows, const int32 *partitions,
 }
 
 /*
- * The operator stage: the transform's rows by key, then the batch's event
- * times move the watermark, then due timers fire.  Returns the rows the
- * operator emitted (in the batch's memory).  From here on the state has
+ * The operator stage, in three steps: sdp_stateful_operate_begin (the
+ * operator's initial state, in the first batch of a flow), then the
+ * transform's rows by key (sdp_stateful_handle_rows: once, or once per
+ * part of a batch whose bad messages are being isolated, for an operator
+ * that can undo), then sdp_stateful_operate_end: the batch's event times
+ * move the watermark, due timers fire, and the rows the operator emitted are
+ * returned (in the batch's memory).  From the first step on the state has
  * changed.
  */
-int
-sdp_stateful_operate(FlowWorker *w, Batch *b, HeapTuple *rows, const int32 *partitions, int nrows,
-					 HeapTuple **emitted)
+void
+sdp_stateful_operate_begin(FlowWorker *w)
 {
 	SdpOperatorContext *ctx = w->stateful->opctx;
-	HeapTuple  *out;
-	int			nout = 0;
-	ListCell   *lc;
 
 	w->stateful->state_mutated = true;
 	/* keys at rest make room before the state passes a quarter of its limit */
@@ -985,8 +998,26 @@ sdp_stateful_operate(FlowWorker *w, Batch *b, HeapTuple *rows, const int32 *part
 	ctx->emit_cxt = CurrentMemoryContext;
 	ctx->emitted = NIL;
 	ctx->rejected = NIL;
-	/* rows see the watermark of the previous batch; this batch's event times move it afterwards */
-	sdp_operator_handle_rows(ctx, rows, partitions, nrows);
+	if (w->stateful->initial_pending)
+		w->prep.op->initial(ctx);
+}
+
+/* Rows to the operator, by key: they see the watermark of the previous batch. */
+void
+sdp_stateful_handle_rows(FlowWorker *w, HeapTuple *rows, const int32 *partitions, int nrows)
+{
+	sdp_operator_handle_rows(w->stateful->opctx, rows, partitions, nrows);
+}
+
+int
+sdp_stateful_operate_end(FlowWorker *w, Batch *b, HeapTuple **emitted)
+{
+	SdpOperatorContext *ctx = w->stateful->opctx;
+	HeapTuple  *out;
+	int			nout = 0;
+	ListCell   *lc;
+
+	/* this batch's event times move the watermark afterwards */
 	observe_event_times(w, b->nmsgs > 0 ? b : NULL, ctx->now);
 	ctx->now = GetCurrentTimestamp();	/* timers fire, and their rows are stamped, now */
 	advance_watermark(w, ctx->now);
@@ -1000,6 +1031,39 @@ sdp_stateful_operate(FlowWorker *w, Batch *b, HeapTuple *rows, const int32 *part
 	ctx->emitted = NIL;
 	*emitted = out;
 	return nout;
+}
+
+/* The operator stage in one go (sdp_stateful_operate_begin, _handle_rows and _end). */
+int
+sdp_stateful_operate(FlowWorker *w, Batch *b, HeapTuple *rows, const int32 *partitions, int nrows,
+					 HeapTuple **emitted)
+{
+	sdp_stateful_operate_begin(w);
+	sdp_stateful_handle_rows(w, rows, partitions, nrows);
+	return sdp_stateful_operate_end(w, b, emitted);
+}
+
+/* Whether the operator undoes its state changes (the processor): the worker then isolates through it. */
+bool
+sdp_stateful_can_undo(FlowWorker *w)
+{
+	return w->stateful && w->prep.op->undo != NULL;
+}
+
+/* A part of an isolating attempt starts: where to undo back to if it fails; the rows emitted so far. */
+int
+sdp_stateful_mark(FlowWorker *w, int *nemitted)
+{
+	*nemitted = list_length(w->stateful->opctx->emitted);
+	return w->prep.op->mark(w->stateful->opctx);
+}
+
+/* The part failed: its state changes undone, its emitted rows dropped. */
+void
+sdp_stateful_undo_to(FlowWorker *w, int mark, int nemitted)
+{
+	w->prep.op->undo(w->stateful->opctx, mark);
+	w->stateful->opctx->emitted = list_truncate(w->stateful->opctx->emitted, nemitted);
 }
 
 /*
@@ -1058,7 +1122,8 @@ bool
 sdp_stateful_work_due(FlowWorker *w, TimestampTz now)
 {
 	advance_watermark(w, now);
-	return sdp_operator_next_timer(w->stateful->opctx, SDP_PROCESSING_TIME) <= now ||
+	return w->stateful->initial_pending ||
+		sdp_operator_next_timer(w->stateful->opctx, SDP_PROCESSING_TIME) <= now ||
 		sdp_operator_next_timer(w->stateful->opctx, SDP_EVENT_TIME) <= w->stateful->opctx->watermark ||
 		(checkpoint_due(w, now) && checkpoint_needed(w));
 }
@@ -1127,13 +1192,15 @@ sdp_stateful_clear_fault(FlowWorker *w)
 }
 
 /*
- * Whether the operator changed its state in the attempt that just ended
- * (state in shared memory does not roll back with a transaction: a failed
- * attempt after it restarts the worker from its checkpoint); forgotten once
- * asked.
+ * The attempt that just ended: whether the operator's state changed and stays
+ * changed.  State in shared memory does not roll back with a transaction: an
+ * attempt that failed after the operator stage restarts the worker from its
+ * checkpoint, unless the operator undoes its changes (the processor) and the
+ * attempt wrote no checkpoint (which emptied the set of keys to checkpoint);
+ * an attempt that committed keeps them.
  */
 bool
-sdp_stateful_take_mutated(FlowWorker *w)
+sdp_stateful_end_attempt(FlowWorker *w, bool committed, bool checkpointed)
 {
 	bool		mutated;
 
@@ -1141,5 +1208,19 @@ sdp_stateful_take_mutated(FlowWorker *w)
 		return false;
 	mutated = w->stateful->state_mutated;
 	w->stateful->state_mutated = false;
-	return mutated;
+	if (!mutated)
+		return false;
+	if (committed)
+	{
+		if (w->prep.op->commit)
+			w->prep.op->commit(w->stateful->opctx);
+		w->stateful->initial_pending = false;
+		return true;
+	}
+	if (w->prep.op->undo == NULL || checkpointed)
+		return true;
+	w->prep.op->undo(w->stateful->opctx, 0);
+	w->stateful->opctx->watermark = w->stateful->attempt_watermark;
+	w->stateful->opctx->emitted = NIL;
+	return false;
 }

@@ -15,6 +15,12 @@ extern void sdp_stateful_begin_attempt(FlowWorker *w);
 extern void sdp_stateful_check_rows(FlowWorker *w, HeapTuple *rows, const int32 *partitions, int n);
 extern int	sdp_stateful_operate(FlowWorker *w, Batch *b, HeapTuple *rows, const int32 *partitions, int nrows,
 								 HeapTuple **emitted);
+extern void sdp_stateful_operate_begin(FlowWorker *w);
+extern void sdp_stateful_handle_rows(FlowWorker *w, HeapTuple *rows, const int32 *partitions, int nrows);
+extern int	sdp_stateful_operate_end(FlowWorker *w, Batch *b, HeapTuple **emitted);
+extern bool sdp_stateful_can_undo(FlowWorker *w);
+extern int	sdp_stateful_mark(FlowWorker *w, int *nemitted);
+extern void sdp_stateful_undo_to(FlowWorker *w, int mark, int nemitted);
 extern void sdp_stateful_checkpoint_if_due(FlowWorker *w, Batch *b);
 extern void sdp_stateful_checkpoint_now(FlowWorker *w);
 extern bool sdp_stateful_work_due(FlowWorker *w, TimestampTz now);
@@ -28,6 +34,6 @@ extern bool sdp_stateful_rows_know_partition(FlowWorker *w);
 extern int32 sdp_stateful_row_partition(FlowWorker *w, HeapTuple row);
 extern const char *sdp_stateful_fault(FlowWorker *w);
 extern void sdp_stateful_clear_fault(FlowWorker *w);
-extern bool sdp_stateful_take_mutated(FlowWorker *w);
+extern bool sdp_stateful_end_attempt(FlowWorker *w, bool committed, bool checkpointed);
 
 #endif							/* SDP_STATEFUL_H */
