@@ -46,6 +46,7 @@
 #include "sql/api.h"
 #include "prepare/flow_prepare.h"
 #include "sql/roles.h"
+#include "stateful/registry.h"
 
 PG_FUNCTION_INFO_V1(sdp_alter_flow);
 
@@ -256,7 +257,15 @@ sdp_alter_flow(PG_FUNCTION_ARGS)
 
 	if (f.operator_name != NULL)
 	{
+		const SdpOperator *op = sdp_find_operator(f.operator_name);
+
 		changed_operator = !jsonb_same(operator_part(f.options), operator_part(stored));
+		/* an operator that says which changes keep its state (the processor's variables added or removed) */
+		if (changed_operator && !reset_state && op != NULL && op->check_alter != NULL)
+		{
+			op->check_alter(operator_part(f.options), operator_part(stored));
+			changed_operator = false;
+		}
 		if (changed_operator && !reset_state)
 			ereport(ERROR,
 					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),

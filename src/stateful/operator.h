@@ -181,6 +181,13 @@ struct SdpOperator
 	void		(*commit) (SdpOperatorContext *ctx);
 
 	/*
+	 * Optional: sdp_alter_flow changes the operator's options: raise
+	 * (0A000) when the state cannot be kept under the new ones; without this,
+	 * any change of them needs "reset_state".
+	 */
+	void		(*check_alter) (Jsonb *old_options, Jsonb *new_options);
+
+	/*
 	 * Optional: run once, in the first batch of a flow that has never
 	 * committed, before its rows (the processor's initial state).
 	 */

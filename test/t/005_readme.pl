@@ -52,7 +52,7 @@ my ($last) = grep { $blocks[$_]{section} eq 'SQL reference' } 0 .. $#blocks;
 ok(defined $first && defined $last, 'README has Installation, the tasks and a SQL reference, in that order');
 my @run = grep { !$_->{skip} && ($_->{lang} eq 'sh' || $_->{lang} eq 'sql') } @blocks[ $first .. $last - 1 ];
 my %sections = map { $_->{section} => 1 } @run;
-for my $s ('Installation', 'Quick start', 'Declare a flow', 'See status and lag', 'Dead letters',
+for my $s ('Installation', 'Quick start', 'Declare a flow', 'Write your own stateful processor', 'See status and lag', 'Dead letters',
 	'Change a flow or a source', 'Replay', 'Stop and start', 'Scale', 'Monitor latency', 'Upgrade',
 	'Back up and restore', 'Uninstall')
 {
@@ -95,6 +95,8 @@ my %after = (
 	"Change a flow or a source:2" => [ 'the altered source holds the new option',
 		"SELECT options->>'fetch.wait.max.ms' = '1' FROM sdp.sources WHERE name = 'payments'" ],
 	"Scale:1" => [ 'positions_flow runs in 2 workers', "SELECT count(*) = 2 FROM sdp.flow_workers WHERE flow = 'positions_flow'" ],
+	"Write your own stateful processor:1" => [ 'the PL/pgSQL ZoneCounter writes zone counts, and its state shows its zones\' aircraft',
+		"SELECT (SELECT count(*) > 0 FROM zone_counts) AND (SELECT count(*) > 0 FROM sdp_flow_state('zone_counter_flow') WHERE state = 'aircraft')" ],
 );
 my %n;
 my $failed = 0;
@@ -126,7 +128,7 @@ for my $b (@run)
 is(SdpTest::query($node, "SELECT count(*) FROM pg_extension WHERE extname = 'sdp_ext'"), '0', 'uninstalled: no extension');
 ok($node->poll_query_until('postgres', "SELECT count(*) = 0 FROM pg_stat_activity WHERE backend_type = 'sdp flow'"),
 	'no flow worker left');
-is(SdpTest::query($node, "SELECT count(*) FROM pg_tables WHERE tablename IN ('zones', 'positions', 'emergencies', 'payment_windows')"),
+is(SdpTest::query($node, "SELECT count(*) FROM pg_tables WHERE tablename IN ('zones', 'positions', 'emergencies', 'payment_windows', 'zone_counts')"),
 	'0', 'the quick start\'s tables are gone');
 ok(!-e $dir, "$dir is gone");
 is(system("pgrep -f 'sdp_broke[r] .*sdp_quickstart' > /dev/null"), 256, 'the broker is stopped');

@@ -98,6 +98,7 @@ my %added = (
 	'0.9' => { symbol => 'sdp_row_avro', args => '(record, integer)' },
 	'0.10' => { symbol => 'sdp_backfill', args => '(text, text, jsonb, text[], boolean)' },
 	'0.11' => { symbol => 'sdp_alter_source', args => '(text, text, jsonb)' },
+	'0.12' => { symbol => 'sdp_value', args => '(text, anyelement)' },
 );
 # From 0.4 on a third flow writes to a Kafka sink across the upgrade.
 my $with_sink = at_least($old_version, '0.4');
@@ -283,6 +284,35 @@ if (at_least($new_version, '0.11'))
 	is(SdpTest::query($node, "SELECT options->>'client.id' FROM sdp.sources WHERE name = 'zflights'"), 'after-0.11',
 		'0.11: sdp_alter_source changed the source of a running flow (it restarts at a batch boundary)');
 }
+if (at_least($new_version, '0.12'))
+{
+	# 0.12: a processor written in PL/pgSQL, declared on the updated catalogs
+	# beside the flows that ran across the update; it counts the zone's
+	# aircraft as zone_flow does, through the restart below
+	SdpTest::query($node, <<'SQL');
+CREATE TABLE zone_proc (zone text PRIMARY KEY, aircraft_count bigint);
+CREATE TYPE zone_member AS (zone text, icao24 text);
+CREATE FUNCTION zone_proc_rows(zone text, rows zone_member[]) RETURNS SETOF zone_proc LANGUAGE plpgsql AS $$
+DECLARE r zone_member;
+BEGIN
+  FOREACH r IN ARRAY rows LOOP
+    PERFORM sdp_map_put('members', r.icao24, true);
+  END LOOP;
+  RETURN NEXT ROW(zone, sdp_map_count('members'))::zone_proc;
+END $$;
+SELECT sdp_create_flow('zone_proc_flow', source => 'zflights', target => 'zone_proc',
+  schema    => 'icao24 text, lat float8, lon float8',
+  transform => $$SELECT z.zone, i.icao24 FROM input i
+                 JOIN zones z ON i.lat BETWEEN z.min_lat AND z.max_lat
+                             AND i.lon BETWEEN z.min_lon AND z.max_lon$$,
+  operator  => 'processor',
+  options   => '{"key": "zone", "handle_rows": "zone_proc_rows", "checkpoint_interval": "200 ms",
+                 "state": {"members": {"map": ["text", "boolean"]}}}');
+SQL
+	ok($node->poll_query_until('postgres', "SELECT aircraft_count = 5 FROM zone_proc WHERE zone = 'Z'"),
+		'0.12: a processor flow declared after the update counts the zone\'s 5 aircraft');
+	@flows = sort(@flows, 'zone_proc_flow');
+}
 # (40 s of messages; the restart waits only for the first of them to be
 # written: on a loaded machine the flow took 32 s to write 3,000 of them,
 # and the producer had finished before the restart, CI of 2026-12-05)
@@ -315,6 +345,13 @@ ok($node->poll_query_until('postgres', "SELECT aircraft_count = 6 FROM zone_aler
 ok(SdpTest::wait_consumed($node, 'zone_flow', 8), 'zone_flow consumed its 8 messages');
 is(SdpTest::query($node, "SELECT aircraft_count FROM zone_alerts WHERE zone = 'Z'"), '6',
 	'zone count stays 6 (no message counted twice)');
+if (at_least($new_version, '0.12'))
+{
+	ok($node->poll_query_until('postgres', "SELECT aircraft_count = 6 FROM zone_proc WHERE zone = 'Z'"),
+		'0.12: the processor counts 6 after the restart (its state restored)');
+	is(SdpTest::query($node, "SELECT count(*) FROM sdp.dead_letters WHERE flow = 'zone_proc_flow'"), '0',
+		'0.12: the processor set nothing aside');
+}
 
 is(SdpTest::query($node,
 		"SELECT string_agg(flow || ':' || state || ':' || owner::text, ',' ORDER BY flow) FROM sdp.flow_status"),

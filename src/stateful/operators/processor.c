@@ -572,6 +572,54 @@ parse_config(TupleDesc input, Jsonb *options, ProcessorConfig *cfg)
 	cfg->out_desc = composite_desc(out_type);
 }
 
+/* A variable's shape, for a message: map(text, bigint), list(text), value(jsonb). */
+static char *
+var_shape(const SdpVarDecl *d)
+{
+	if (d->kind == SDP_VAR_MAP)
+		return psprintf("map(%s, %s)", format_type_be(d->key_type), format_type_be(d->type));
+	return psprintf("%s(%s)", d->kind == SDP_VAR_LIST ? "list" : "value", format_type_be(d->type));
+}
+
+/*
+ * sdp_alter_flow: the state is kept when the key is the same and every
+ * variable kept has its kind and types; variables may be added (they start
+ * empty) or removed (their entries are dropped at the restore).  Handlers,
+ * initial state, event time and ttl may change.
+ */
+static void
+processor_check_alter(Jsonb *old_options, Jsonb *new_options)
+{
+	char	   *old_key = sdp_operator_option(old_options, "key");
+	char	   *new_key = sdp_operator_option(new_options, "key");
+	int			nold,
+				nnew;
+	SdpVarDecl *old_vars = parse_state(old_options, &nold);
+	SdpVarDecl *new_vars = parse_state(new_options, &nnew);
+
+	if (old_key == NULL || new_key == NULL || strcmp(old_key, new_key) != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("the processor's key changes from \"%s\" to \"%s\", and its state is kept by key",
+						old_key ? old_key : "", new_key ? new_key : ""),
+				 errhint("Add \"reset_state\": true to the options to start with no state.")));
+	for (int i = 0; i < nold; i++)
+		for (int k = 0; k < nnew; k++)
+		{
+			const SdpVarDecl *a = &old_vars[i];
+			const SdpVarDecl *b = &new_vars[k];
+
+			if (strcmp(a->name, b->name) != 0)
+				continue;
+			if (a->kind != b->kind || a->type != b->type || a->key_type != b->key_type)
+				ereport(ERROR,
+						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+						 errmsg("state variable \"%s\" would change from %s to %s", a->name, var_shape(a), var_shape(b)),
+						 errdetail("A variable keeps its kind and types while the flow keeps its state (as Spark refuses an incompatible state schema)."),
+						 errhint("Declare a variable of another name, or add \"reset_state\": true to the options to start with no state.")));
+		}
+}
+
 /* ---- the operator ---- */
 
 static TupleDesc
@@ -988,6 +1036,7 @@ const SdpOperator sdp_processor_operator = {
 	.undo = processor_undo,
 	.commit = processor_commit,
 	.initial = processor_initial,
+	.check_alter = processor_check_alter,
 	.reader_begin = processor_reader_begin,
 	.reader_copy = processor_reader_copy,
 	.reader_rows = processor_reader_rows,
