@@ -19,7 +19,7 @@
 #include "utils/lsyscache.h"
 #include "utils/timestamp.h"
 
-#include "stateful/processor.h"
+#include "stateful/operators/processor.h"
 
 PG_FUNCTION_INFO_V1(sdp_value);
 PG_FUNCTION_INFO_V1(sdp_set_value);

@@ -182,6 +182,7 @@ struct SdpVars
 	int			nundo_keys;
 	int			undo_keys_cap;
 	HTAB	   *undo_key_index; /* store key -> index */
+	int			cur_undo_key;	/* the current key's index, -1: not looked up yet */
 
 	/* re-indexing a timer whose removal is undone (the operator's timer index) */
 	void		(*index_timer) (void *arg, const char *store_key, const SdpTimer *timer);
@@ -328,6 +329,7 @@ sdp_vars_create(SdpStateStore *store, SdpVarDecl *decls, int ndecls, bool writer
 		ctl.entrysize = sizeof(UndoKey);
 		ctl.hcxt = vars->undo_cxt;
 		vars->undo_key_index = hash_create("sdp undo keys", 64, &ctl, HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+		vars->cur_undo_key = -1;
 		ext_vars = vars;
 		sdp_state_set_ext_ops(store, sdp_vars_ext_ops());
 	}
@@ -373,6 +375,7 @@ sdp_vars_set_key(SdpVars *vars, const char *store_key, const char *key_text, int
 	vars->key_text = sdp_state_key_is_digest(store_key) ? MemoryContextStrdup(TopMemoryContext, key_text) : NULL;
 	vars->partition = partition;
 	vars->have_key = true;
+	vars->cur_undo_key = -1;
 }
 
 void
@@ -401,6 +404,8 @@ undo_key_index(SdpVars *vars)
 	UndoKey    *k;
 	bool		found;
 
+	if (vars->cur_undo_key >= 0)
+		return vars->cur_undo_key;
 	k = hash_search(vars->undo_key_index, vars->store_key, HASH_ENTER, &found);
 	if (!found)
 	{
@@ -414,6 +419,7 @@ undo_key_index(SdpVars *vars)
 		vars->undo_keys[vars->nundo_keys] = MemoryContextStrdup(vars->undo_cxt, vars->store_key);
 		k->index = vars->nundo_keys++;
 	}
+	vars->cur_undo_key = k->index;
 	return k->index;
 }
 
@@ -1305,6 +1311,7 @@ sdp_vars_take_timer(SdpVars *vars, SdpKeyState *ks, SdpTimeKind kind, TimestampT
 		return false;
 	ext = addr(vars, ks->entry->ext);
 	strlcpy(vars->store_key, ks->key, SDP_STATE_KEY_MAX);
+	vars->cur_undo_key = -1;
 	if (!timer_remove(vars, ext, kind, at))
 		return false;
 	undo_push(vars, UNDO_TIMER_DEL, -1, InvalidDsaPointer, InvalidDsaPointer, at, kind);
@@ -1347,6 +1354,7 @@ undo_reset(SdpVars *vars)
 	vars->undo_keys = NULL;
 	vars->nundo_keys = 0;
 	vars->undo_keys_cap = 0;
+	vars->cur_undo_key = -1;
 	MemoryContextReset(vars->undo_cxt);
 	{
 		HASHCTL		ctl;
@@ -1452,6 +1460,7 @@ sdp_vars_undo(SdpVars *vars, int mark)
 		undo_reset(vars);
 	strlcpy(vars->store_key, saved, SDP_STATE_KEY_MAX);
 	vars->have_key = had_key;
+	vars->cur_undo_key = -1;
 }
 
 /* The attempt's changes kept (its batch committed): what they replaced is freed. */
@@ -1669,6 +1678,7 @@ vars_restore(SdpStateStore *store, SdpKeyState *ks, const char *data, int len)
 	if (key_len < 0 || key_len > r.end - r.pos)
 		get(&r, NULL, key_len);
 	strlcpy(vars->store_key, ks->key, SDP_STATE_KEY_MAX);
+	vars->cur_undo_key = -1;
 	if (vars->key_text)
 		pfree(vars->key_text);
 	vars->key_text = NULL;

@@ -28,7 +28,7 @@
  * and its changes undone; its timer is spent.
  */
 #include "stateful/operator.h"
-#include "stateful/processor.h"
+#include "stateful/operators/processor.h"
 #include "stateful/processor_state.h"
 #include "decl/flow_options.h"
 

@@ -1,7 +1,7 @@
 /*
  * processor.h
  *		The processor operator's current call, for the state API
- *		(stateful/operators/processor.c; sql/state_api.c calls these).
+ *		(processor.c; sql/state_api.c calls these).
  */
 #ifndef SDP_PROCESSOR_H
 #define SDP_PROCESSOR_H
