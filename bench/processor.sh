@@ -11,7 +11,8 @@
 # one sweep timer.  Measured, side by side in one run, each case alternating
 # builtin then processor (medians of RUNS):
 #
-#   drain      one worker drains a backlog of EVENTS positions (1 partition),
+#   drain      one worker drains a backlog of EVENTS positions (8 partitions:
+#              the embedded broker keeps about 5 MiB per partition),
 #              timed from its first message read to its last: events/s and
 #              the worker's CPU per 1,000 events (user + system, /proc)
 #   rate R     positions produced at R events/s for RATE_SECONDS while the
@@ -21,6 +22,9 @@
 #              10,000 events/s
 #
 # Usage: bash bench/processor.sh [EVENTS] [RUNS]   (default 100000, 3).
+#        EVERYWHERE=1 adds a zone that holds the whole world, so that every
+#        event reaches the operator (by default a share of the positions is
+#        in one of the 8 zones, the others dropped by the transform's join).
 #        RATES="1000 10000", RATE_SECONDS=20.  SDP_BENCH_BROKER=kafka runs
 #        against Apache Kafka.  It installs the current tree into Debian's
 #        PostgreSQL, starts its own server (port 5495) and broker, and
@@ -41,12 +45,14 @@ ticks=$(getconf CLK_TCK)
 
 bench_server processor
 bench_start
-bench_broker pos:1 live:1
+bench_broker pos:8 live:1
 sdp_log "producing $n positions"
 tools/flight_sim --bootstrap "$boot" --topic pos --aircraft 2000 --count "$n" --rate 0 --linger-ms 100 --quiet > /dev/null
 
 sql -c 'CREATE EXTENSION sdp_ext'
 sed -n '/^CREATE TABLE zones/,/^CREATE TABLE positions/p' examples/flights.sql | sed '$d' | sql >/dev/null
+[ "${EVERYWHERE:-}" = 1 ] && sql -c "INSERT INTO zones VALUES ('Everywhere', -90, 90, -180, 180, 100000)" >/dev/null
+sdp_log "$(sql -c "SELECT count(*) FROM zones") zones"
 sql >/dev/null <<SQL
 SELECT sdp_create_source('pos', '$boot', 'pos', '{"starting_offsets": "earliest"}'::jsonb || '$source_options');
 SELECT sdp_create_source('live', '$boot', 'live', '{"starting_offsets": "latest"}'::jsonb || '$source_options');
@@ -89,7 +95,10 @@ drain() {
   until [ "$(sql -c "SELECT coalesce(messages_read, 0) > 0 FROM sdp.flow_status WHERE flow = '$kind'")" = t ]; do sleep 0.01; done
   t0=$(date +%s.%N); c0=$(worker_cpu "$kind")
   until [ "$(sql -c "SELECT coalesce(messages_read, 0) >= $n FROM sdp.flow_status WHERE flow = '$kind'")" = t ]; do
-    [ "$(sql -c "SELECT state FROM sdp.flow_status WHERE flow = '$kind'")" = failed ] && { echo "flow $kind failed" >&2; exit 1; }
+    [ "$(sql -c "SELECT state FROM sdp.flow_status WHERE flow = '$kind'")" = failed ] && { echo "flow $kind failed" >&2; kill $$; exit 1; }
+    [ "$(sql -c "SELECT lag = 0 AND messages_read < $n FROM sdp.flow_status WHERE flow = '$kind'")" = t ] &&
+      [ "$(sql -c "SELECT sum(next_offset) >= $n FROM sdp.offsets o JOIN sdp.flows f ON f.id = o.flow_id WHERE f.name = '$kind'")" = t ] &&
+      { echo "flow $kind started past offset 0: the broker deleted messages (retention); use fewer events" >&2; kill $$; exit 1; }
     sleep 0.01
   done
   t1=$(date +%s.%N); c1=$(worker_cpu "$kind")

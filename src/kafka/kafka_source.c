@@ -59,6 +59,7 @@ struct KafkaSource
 	bool		error_pending;
 	bool		broker_down;
 	char		error[SDP_ERROR_LEN];
+	char		cause[SDP_ERROR_LEN];	/* the last authentication or TLS error: why the brokers are down */
 	int			nlogs;
 	int			nresets;		/* offsets reset since last taken: messages the broker no longer had */
 	char		reset_line[256];
@@ -126,9 +127,21 @@ on_kafka_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
 {
 	KafkaSource *ks = opaque;
 
-	/* "1/1 brokers are down" follows the reason they are (authentication, TLS): keep that */
+	/*
+	 * "1/1 brokers are down" follows the reason they are (authentication,
+	 * TLS): keep that.  librdkafka says a reason once, then suppresses the
+	 * same error for a while, and "brokers are down" alone would follow at
+	 * every retry: the last such reason goes with it.
+	 */
+	if (err == RD_KAFKA_RESP_ERR__AUTHENTICATION || err == RD_KAFKA_RESP_ERR__SSL)
+		snprintf(ks->cause, sizeof(ks->cause), "%s: %s", rd_kafka_err2name(err), reason);
 	if (!(err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN && ks->error_pending))
-		snprintf(ks->error, sizeof(ks->error), "%s: %s", rd_kafka_err2name(err), reason);
+	{
+		if (err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN && ks->cause[0] != '\0')
+			snprintf(ks->error, sizeof(ks->error), "%s: %s (%s)", rd_kafka_err2name(err), reason, ks->cause);
+		else
+			snprintf(ks->error, sizeof(ks->error), "%s: %s", rd_kafka_err2name(err), reason);
+	}
 	ks->error_pending = true;
 	if (err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN || err == RD_KAFKA_RESP_ERR__TRANSPORT ||
 		err == RD_KAFKA_RESP_ERR__RESOLVE)
