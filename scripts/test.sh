@@ -43,8 +43,10 @@ cd "$(dirname "$0")/.."
 servers=${SDP_SERVERS:-cassert pg18 kafka}
 
 # The dashboard's browser test (test/t/040_dashboard.pl) needs Debian's
-# chromium, a font, and Node.js with npm (it installs test/browser with npm ci).
-sdp_install_packages chromium fonts-dejavu-core
+# chromium, a font, and Node.js with npm (it installs test/browser with npm ci);
+# test/t/074_processor_plpython.pl PL/Python for the packaged server (the
+# kafka pass's; the assert-enabled servers have none, and it skips there).
+sdp_install_packages chromium fonts-dejavu-core "postgresql-plpython3-$SDP_PG_VERSION"
 command -v node >/dev/null && command -v npm >/dev/null || sdp_install_packages nodejs npm
 sdp_build_tools || { echo "0 passed, 1 failed"; exit 1; }
 

@@ -144,7 +144,9 @@ typedef enum UndoOp
 	UNDO_MAP_SET,				/* a map key's entry replaced (new) or removed: old is what it was */
 	UNDO_TIMER_ADD,
 	UNDO_TIMER_DEL,
-	UNDO_EXT					/* the key's ext created */
+	UNDO_EXT,					/* the key's ext created */
+	UNDO_INPLACE				/* a value or a map entry's value of 8 bytes at most overwritten: a its old
+								 * bytes, b its old write time */
 } UndoOp;
 
 typedef struct UndoRec
@@ -581,6 +583,24 @@ sdp_vars_get_value(SdpVars *vars, int var, Datum *value)
 	return found;
 }
 
+/*
+ * Overwrite an image of 8 bytes at most where it lies (the common case of a
+ * value or a map entry written again: a timestamp, a counter), its old bytes
+ * and write time in the undo log, instead of a new chunk.
+ */
+static void
+overwrite(SdpVars *vars, int var, dsa_pointer chunk, int64 *written_at, char *data, const char *image, int32 len)
+{
+	int64		old = 0;
+
+	Assert(len <= (int32) sizeof(int64));
+	memcpy(&old, data, len);
+	undo_push(vars, UNDO_INPLACE, var, InvalidDsaPointer, chunk, old, *written_at);
+	vars->undo[vars->nundo - 1].b = *written_at;
+	memcpy(data, image, len);
+	*written_at = vars->now;
+}
+
 void
 sdp_vars_set_value(SdpVars *vars, int var, Datum value)
 {
@@ -590,8 +610,18 @@ sdp_vars_set_value(SdpVars *vars, int var, Datum value)
 	const char *image = image_of(value, d->typlen, d->typbyval, &len, &keep);
 	SdpKeyState ks;
 	KeyExt	   *ext = open_ext(vars, &ks, true);
-	dsa_pointer p = chunk_allocate(vars, offsetof(ValueChunk, data) + len);
+	dsa_pointer p;
 	ValueChunk *c;
+
+	if (DsaPointerIsValid(ext->var[var]) && len <= (int32) sizeof(int64) &&
+		((ValueChunk *) addr(vars, ext->var[var]))->len == len)
+	{
+		c = addr(vars, ext->var[var]);
+		overwrite(vars, var, ext->var[var], &c->written_at, c->data, image, len);
+		close_ext(vars, &ks, true);
+		return;
+	}
+	p = chunk_allocate(vars, offsetof(ValueChunk, data) + len);
 
 	ext = addr(vars, ks.entry->ext);	/* the allocation may have mapped a new segment */
 	c = addr(vars, p);
@@ -1050,7 +1080,21 @@ sdp_vars_map_put(SdpVars *vars, int var, Datum key, Datum value, bool isnull)
 	dsa_pointer was;
 
 	if (DsaPointerIsValid(ext->var[var]))
-		(void) map_sweep(vars, &ext, &ks, var, &changed);
+	{
+		MapTable   *t = map_sweep(vars, &ext, &ks, var, &changed);
+		int			i;
+
+		if (t != NULL && vlen >= 0 && vlen <= (int32) sizeof(int64) &&
+			(i = map_find(vars, t, hash, kimage, klen, false)) >= 0 &&
+			map_entry(vars, &t->slots[i])->vlen == vlen)
+		{
+			MapEntry   *e = map_entry(vars, &t->slots[i]);
+
+			overwrite(vars, var, t->slots[i].entry, &e->written_at, e->data + MAXALIGN(e->klen), vimage, vlen);
+			close_ext(vars, &ks, true);
+			return;
+		}
+	}
 	p = chunk_allocate(vars, offsetof(MapEntry, data) + MAXALIGN(klen) + Max(vlen, 0));
 	ext = addr(vars, ks.entry->ext);
 	e = addr(vars, p);
@@ -1434,6 +1478,26 @@ sdp_vars_undo(SdpVars *vars, int mark)
 				Assert(ext != NULL);
 				(void) timer_remove(vars, ext, (SdpTimeKind) r->b, r->a);
 				break;
+			case UNDO_INPLACE:
+				{
+					const SdpVarDecl *d = &vars->decls[r->var];
+
+					if (d->kind == SDP_VAR_MAP)
+					{
+						MapEntry   *e = addr(vars, r->new);
+
+						memcpy(e->data + MAXALIGN(e->klen), &r->a, e->vlen);
+						e->written_at = r->b;
+					}
+					else
+					{
+						ValueChunk *c = addr(vars, r->new);
+
+						memcpy(c->data, &r->a, c->len);
+						c->written_at = r->b;
+					}
+					break;
+				}
 			case UNDO_TIMER_DEL:
 				{
 					SdpTimer	timer;

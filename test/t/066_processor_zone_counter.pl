@@ -109,4 +109,23 @@ is(SdpTest::query($node, "SELECT count(*) FROM sdp_flow_state('zone_counter_flow
 	$zones, 'every zone has its timer');
 is(SdpTest::query($node, "SELECT count(*) FROM sdp.dead_letters"), '0', 'no dead letter');
 
+# sdp_alter_flow: a variable added keeps the state; a variable's type changed is refused
+my $aircraft = SdpTest::query($node, "SELECT count(*) FROM sdp_flow_state('zone_counter_flow') s, jsonb_array_elements(s.value->'map') WHERE s.state = 'aircraft'");
+my $old_pid = SdpTest::query($node, "SELECT pid FROM sdp.flow_status WHERE flow = 'zone_counter_flow'");
+SdpTest::query($node, q{SELECT sdp_alter_flow('zone_counter_flow', options => $o$
+  {"state": {"aircraft": {"map": ["text", "timestamptz"]}, "sweep_at": {"value": "timestamptz"},
+             "capacity": {"value": "int"}, "last_count": {"value": "bigint"}, "notes": {"list": "text"}}}$o$)});
+ok($node->poll_query_until('postgres', "SELECT state = 'running' AND pid <> $old_pid FROM sdp.flow_status WHERE flow = 'zone_counter_flow'"),
+	'sdp_alter_flow adding a variable: the flow restarted');
+is(SdpTest::query($node, "SELECT count(*) FROM sdp_flow_state('zone_counter_flow') s, jsonb_array_elements(s.value->'map') WHERE s.state = 'aircraft'"),
+	$aircraft, "and kept its state: the $aircraft aircraft of its zones");
+my ($ret, $out, $err) = $node->psql('postgres', q{SELECT sdp_alter_flow('zone_counter_flow', options => $o$
+  {"state": {"aircraft": {"map": ["text", "timestamptz"]}, "sweep_at": {"value": "timestamptz"},
+             "capacity": {"value": "int"}, "last_count": {"value": "int"}}}$o$)}, extra_params => [ '-v', 'VERBOSITY=verbose' ]);
+like($err, qr/0A000: state variable "last_count" would change from value\(bigint\) to value\(integer\)/,
+	'a variable whose type changes: refused (0A000)');
+($ret, $out, $err) = $node->psql('postgres', q{SELECT sdp_alter_flow('zone_counter_flow', options => '{"key": "icao24"}')},
+	extra_params => [ '-v', 'VERBOSITY=verbose' ]);
+like($err, qr/0A000: the processor's key changes from "zone" to "icao24"/, 'another key: refused (0A000)');
+
 done_testing();
