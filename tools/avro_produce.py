@@ -103,6 +103,7 @@ import argparse
 import base64
 import datetime
 import decimal
+import faulthandler
 import json
 import os
 import struct
@@ -326,6 +327,8 @@ def main():
     ap.add_argument("spec", nargs="?", default="-", help="the spec (JSON); - for stdin")
     ap.add_argument("--summary-only", action="store_true", help="no per-record details")
     args = ap.parse_args()
+    # a run that hangs says where (its caller gives up after 120 s by default)
+    faulthandler.dump_traceback_later(int(os.environ.get("AVRO_PRODUCE_TRACE_AFTER", "90")), exit=False)
 
     try:
         spec = json.load(sys.stdin if args.spec == "-" else open(args.spec))
@@ -408,6 +411,8 @@ def main():
         "enable.idempotence": True,
     }
     conf.update(spec.get("producer", {}))
+    if os.environ.get("AVRO_PRODUCE_DEBUG"):
+        conf["debug"] = os.environ["AVRO_PRODUCE_DEBUG"]
     producer = Producer(conf)
     results = [None] * len(messages)
 

@@ -324,6 +324,10 @@ typedef struct StageRun
 	bool		at_once;		/* the whole batch, not isolating: a stateless flow's rows may go straight to the write */
 	int			nunits_ok;		/* units that went through */
 	List	   *suspects;		/* Suspect *: units that failed alone with an error not about data */
+	/* an operator that undoes: a failed unit's changes, undone once its subtransaction has rolled back */
+	bool		undo_pending;
+	int			undo_mark;
+	int			undo_nemitted;
 } StageRun;
 
 typedef struct Suspect
@@ -460,13 +464,25 @@ transform_for_operator(void *arg, int lo, int hi)
  * operator changed for them (the subtransaction rolls the rest back).
  */
 static void
+apply_pending_undo(StageRun *r)
+{
+	if (!r->undo_pending)
+		return;
+	r->undo_pending = false;
+	sdp_stateful_undo_to(r->w, r->undo_mark, r->undo_nemitted);
+}
+
+static void
 transform_and_operate(void *arg, int lo, int hi)
 {
 	StageRun   *r = arg;
-	int			first = r->nrows;
+	int			first;
 	int			nemitted;
-	int			mark = sdp_stateful_mark(r->w, &nemitted);
+	int			mark;
 
+	apply_pending_undo(r);
+	first = r->nrows;
+	mark = sdp_stateful_mark(r->w, &nemitted);
 	PG_TRY();
 	{
 		transform_for_operator(r, lo, hi);
@@ -475,7 +491,14 @@ transform_and_operate(void *arg, int lo, int hi)
 	}
 	PG_CATCH();
 	{
-		sdp_stateful_undo_to(r->w, mark, nemitted);
+		/*
+		 * Undone after the subtransaction has rolled back (at the next
+		 * unit, or the end of the stage): the error may have left a lock
+		 * of the state store held, which the rollback releases.
+		 */
+		r->undo_pending = true;
+		r->undo_mark = mark;
+		r->undo_nemitted = nemitted;
 		r->nrows = first;
 		PG_RE_THROW();
 	}
@@ -744,6 +767,7 @@ stage_stateless(FlowWorker *w, Batch *b, bool isolate, char **fail_message)
 static bool
 stage_stateful(FlowWorker *w, Batch *b, bool isolate, char **fail_message)
 {
+	bool		ok;
 	StageRun	r = {w, b, "transform"};
 	StageRun	e = {w, b, "write"};
 
@@ -761,7 +785,9 @@ stage_stateful(FlowWorker *w, Batch *b, bool isolate, char **fail_message)
 		 * are set aside whichever stage raised.
 		 */
 		sdp_stateful_operate_begin(w);
-		if (!run_isolated_stage(&r, transform_and_operate, true, 0, b->nrows))
+		ok = run_isolated_stage(&r, transform_and_operate, true, 0, b->nrows);
+		apply_pending_undo(&r);
+		if (!ok)
 		{
 			*fail_message = r.fail_message;
 			return false;
