@@ -89,7 +89,8 @@ check_type(FunctionCallInfo fcinfo, int argno, Oid want, const SdpVarDecl *d, co
 	if (given != want)
 		ereport(ERROR,
 				(errcode(ERRCODE_DATATYPE_MISMATCH),
-				 errmsg("%s of state variable \"%s\" is %s, not %s", what, d->name, format_type_be(want),
+				 errmsg("%s of state variable \"%s\" is %s, not %s", what, d->name,
+						format_type_extended(want, -1, FORMAT_TYPE_ALLOW_INVALID),
 						OidIsValid(given) ? format_type_be(given) : "unknown"),
 				 errhint("Cast the argument: e.g. NULL::%s, or value::%s.", format_type_be(want), format_type_be(want))));
 }

@@ -397,7 +397,7 @@ sdp_vars_key_text(SdpVars *vars, SdpStateEntry *entry, const char *store_key)
 	ext = addr(vars, entry->ext);
 	if (ext->key_len <= 0)
 		return store_key;
-	return pnstrdup(addr(vars, ext->key), ext->key_len);
+	return pnstrdup((char *) addr(vars, ext->key) + MAXALIGN(sizeof(uint32)), ext->key_len);
 }
 
 static int
@@ -463,8 +463,12 @@ open_ext(SdpVars *vars, SdpKeyState *ks, bool create)
 	e = ks->entry;
 	if (e == NULL)
 		return NULL;
-	if (ks->created && vars->partition >= 0)
+	if (e->partition < 0 && vars->partition >= 0)
+	{
+		/* a key's partition is its first row's (one the initial state made has none until then) */
 		e->partition = vars->partition;
+		ks->dirty = !vars->restoring;
+	}
 	if (!DsaPointerIsValid(e->ext))
 	{
 		KeyExt	   *ext;
@@ -1221,11 +1225,18 @@ timer_find(SdpTimer *t, int n, SdpTimeKind kind, TimestampTz at, bool *found)
 	return lo;
 }
 
+static SdpTimer *
+timers_of(SdpVars *vars, KeyExt *ext)
+{
+	return DsaPointerIsValid(ext->timers)
+		? (SdpTimer *) ((char *) addr(vars, ext->timers) + MAXALIGN(sizeof(uint32))) : NULL;
+}
+
 /* Add a timer to the open key's ext (no undo record): false when it was there. */
 static bool
 timer_insert(SdpVars *vars, KeyExt **ext, SdpKeyState *ks, SdpTimeKind kind, TimestampTz at)
 {
-	SdpTimer   *t = DsaPointerIsValid((*ext)->timers) ? addr(vars, (*ext)->timers) : NULL;
+	SdpTimer   *t = timers_of(vars, *ext);
 	bool		found;
 	int			i = t ? timer_find(t, (*ext)->ntimers, kind, at, &found) : 0;
 
@@ -1254,12 +1265,6 @@ timer_insert(SdpVars *vars, KeyExt **ext, SdpKeyState *ks, SdpTimeKind kind, Tim
 	return true;
 }
 
-static SdpTimer *
-timers_of(SdpVars *vars, KeyExt *ext)
-{
-	return DsaPointerIsValid(ext->timers)
-		? (SdpTimer *) ((char *) addr(vars, ext->timers) + MAXALIGN(sizeof(uint32))) : NULL;
-}
 
 /* Remove a timer from the open key's ext (no undo record): false when it was not there. */
 static bool

@@ -100,6 +100,59 @@ static const char *const known_options[] = {
 static SdpOperatorContext *current_ctx = NULL;
 static const char *current_handler = NULL;
 
+/*
+ * Subtransactions a handler starts (a PL/pgSQL block with EXCEPTION): the
+ * state changes made in one that rolls back are undone with it, as its
+ * statements' are.  A stack of (subtransaction, undo mark), kept while a
+ * handler runs (processor_subxact).
+ */
+typedef struct SubxactMark
+{
+	SubTransactionId subid;
+	int			mark;
+} SubxactMark;
+
+static SubxactMark *subxact_marks = NULL;
+static int	nsubxact_marks = 0;
+static int	subxact_marks_cap = 0;
+
+static void
+processor_subxact(SubXactEvent event, SubTransactionId mySubid, SubTransactionId parentSubid, void *arg)
+{
+	SdpVars    *vars;
+
+	if (current_ctx == NULL)
+		return;					/* not inside a handler: the worker's own subtransactions */
+	vars = ((ProcessorConfig *) current_ctx->config)->vars;
+	switch (event)
+	{
+		case SUBXACT_EVENT_START_SUB:
+			if (nsubxact_marks == subxact_marks_cap)
+			{
+				subxact_marks_cap = Max(subxact_marks_cap * 2, 8);
+				subxact_marks = subxact_marks
+					? repalloc(subxact_marks, sizeof(SubxactMark) * subxact_marks_cap)
+					: MemoryContextAlloc(TopMemoryContext, sizeof(SubxactMark) * subxact_marks_cap);
+			}
+			subxact_marks[nsubxact_marks].subid = mySubid;
+			subxact_marks[nsubxact_marks++].mark = sdp_vars_mark(vars);
+			break;
+		case SUBXACT_EVENT_COMMIT_SUB:
+			if (nsubxact_marks > 0 && subxact_marks[nsubxact_marks - 1].subid == mySubid)
+				nsubxact_marks--;
+			break;
+		case SUBXACT_EVENT_ABORT_SUB:
+			if (nsubxact_marks > 0 && subxact_marks[nsubxact_marks - 1].subid == mySubid)
+			{
+				/* the locks the error may have held are released by now (AbortSubTransaction) */
+				sdp_vars_undo(vars, subxact_marks[--nsubxact_marks].mark);
+			}
+			break;
+		default:
+			break;
+	}
+}
+
 SdpVars *
 sdp_processor_current_vars(const char *function)
 {
@@ -191,6 +244,13 @@ state_type(const char *name, const char *var)
  * The option "state": {"name": {"value": type} | {"list": type} |
  * {"map": [key type, value type]}, optionally "ttl": interval}.
  */
+static void
+state_variable_context(void *arg)
+{
+	if (arg != NULL)
+		errcontext("state variable \"%s\"", (const char *) arg);
+}
+
 static SdpVarDecl *
 parse_state(Jsonb *options, int *n)
 {
@@ -202,6 +262,7 @@ parse_state(Jsonb *options, int *n)
 	int			cap = 8;
 	int			count = 0;
 	Jsonb	   *obj;
+	ErrorContextCallback errcb;
 
 	*n = 0;
 	if (state == NULL || state->type == jbvNull)
@@ -214,6 +275,10 @@ parse_state(Jsonb *options, int *n)
 	decls = palloc0(sizeof(SdpVarDecl) * cap);
 	obj = JsonbValueToJsonb(state);
 	it = JsonbIteratorInit(&obj->root);
+	errcb.callback = state_variable_context;
+	errcb.arg = NULL;
+	errcb.previous = error_context_stack;
+	error_context_stack = &errcb;
 	while ((tok = JsonbIteratorNext(&it, &v, true)) != WJB_DONE)
 	{
 		char	   *name;
@@ -226,6 +291,12 @@ parse_state(Jsonb *options, int *n)
 		if (tok != WJB_KEY)
 			continue;
 		name = pnstrdup(v.val.string.val, v.val.string.len);
+		errcb.arg = name;
+		if (strcmp(name, "timers") == 0 || name[0] == '\0')
+			ereport(ERROR,
+					(errcode(ERRCODE_RESERVED_NAME),
+					 errmsg("a state variable cannot be named \"%s\"", name),
+					 errdetail("sdp_flow_state shows a key's timers under the name \"timers\".")));
 		tok = JsonbIteratorNext(&it, &v, true);
 		if (v.type != jbvBinary || !JsonContainerIsObject(v.val.binary.data))
 			ereport(ERROR,
@@ -250,6 +321,12 @@ parse_state(Jsonb *options, int *n)
 		{
 			d->kind = SDP_VAR_LIST;
 			d->type = state_type(jbv_text(kind), name);
+			if (!OidIsValid(get_array_type(d->type)))
+				ereport(ERROR,
+						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+						 errmsg("list \"%s\" cannot hold values of %s: it is read as an array of them, and %s has no array type",
+								name, format_type_be(d->type), format_type_be(d->type)),
+						 errhint("A list of arrays is a list of a composite type holding the array (CREATE TYPE ... AS (a int[])).")));
 			kinds++;
 		}
 		if ((kind = option_value(def, "map")) != NULL)
@@ -317,6 +394,7 @@ parse_state(Jsonb *options, int *n)
 						 errmsg("state variable \"%s\" is declared twice", name)));
 		count++;
 	}
+	error_context_stack = errcb.previous;
 	*n = count;
 	return decls;
 }
@@ -351,10 +429,19 @@ static Oid
 find_handler(const char *option, const char *name, int nargs, const char *expected,
 			 bool (*fits) (Oid *argtypes, void *arg), void *arg)
 {
-	List	   *names = sdp_qualified_name_list(name);
-	FuncCandidateList c = FuncnameGetCandidates(names, nargs, NIL, false, false, false, true);
+	List	   *names;
+	FuncCandidateList c;
 	Oid			found = InvalidOid;
 	int			n = 0;
+
+	if (name[0] == '\0' || strchr(name, '(') != NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("option \"%s\" must be a function's name, not \"%s\"", option, name),
+				 errhint("Give the name alone (schema-qualified or not): the function is found by its arguments, %s.",
+						 signature("f", expected))));
+	names = sdp_qualified_name_list(name);
+	c = FuncnameGetCandidates(names, nargs, NIL, false, false, false, true);
 
 	for (; c != NULL; c = c->next)
 		if (fits(c->args, arg))
@@ -491,10 +578,13 @@ resolve_handler(Handler *h, const char *option, const char *name, int nargs, con
 static TupleDesc
 initial_state_desc(const char *sql)
 {
+	MemoryContext cxt = CurrentMemoryContext;
 	SPIPlanPtr	plan = SPI_prepare(sql, 0, NULL);
 	List	   *sources;
 	CachedPlanSource *ps;
+	TupleDesc	desc;
 
+	MemoryContextSwitchTo(cxt);		/* SPI calls return in SPI's own context */
 	if (plan == NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_SYNTAX_ERROR),
@@ -505,7 +595,10 @@ initial_state_desc(const char *sql)
 		ereport(ERROR,
 				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
 				 errmsg("option \"initial_state\" must be a single SELECT query")));
-	return CreateTupleDescCopy(ps->resultDesc);
+	desc = CreateTupleDescCopy(ps->resultDesc);
+	SPI_freeplan(plan);
+	MemoryContextSwitchTo(cxt);
+	return desc;
 }
 
 /*
@@ -539,12 +632,24 @@ parse_config(TupleDesc input, Jsonb *options, ProcessorConfig *cfg)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("operator processor needs option \"handle_rows\""),
 				 errhint("Name a function %s.", signature("f", psprintf("key %s, rows <a composite type>[]", format_type_be(cfg->key_type))))));
-	(void) event_time;
+	if (event_time)
+	{
+		char	   *idle = sdp_operator_option(options, "idle_timeout");
+
+		if (sdp_interval_option_us("idle_timeout", idle ? idle : "10 seconds") <= 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("option \"idle_timeout\" must be positive")));
+	}
+	else if (sdp_operator_option(options, "idle_timeout"))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("option \"idle_timeout\" is for a processor with \"event_time\"")));
 	cfg->decls = parse_state(options, &cfg->ndecls);
 	fa.key_type = cfg->key_type;
 	resolve_handler(&cfg->rows, "handle_rows", rows_fn, 2,
 					psprintf("key %s, rows <a composite type>[]", format_type_be(cfg->key_type)),
-					fits_rows, &fa, 1, true, input, "the transform's rows", &out_type);
+					fits_rows, &fa, 1, true, input, "the flow's rows (the transform's, or the input's without one)", &out_type);
 	timer_fn = sdp_operator_option(options, "handle_timer");
 	if (timer_fn)
 		resolve_handler(&cfg->timer, "handle_timer", timer_fn, 3,
@@ -628,6 +733,12 @@ processor_validate(TupleDesc input, Jsonb *options, Relation target, SdpFlowOpti
 	ProcessorConfig cfg;
 
 	parse_config(input, options, &cfg);
+	if (cfg.initial_state != NULL && opts->workers > 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("a processor with an initial state runs in one worker"),
+				 errdetail("A key's state belongs to the partition of its rows, which the initial state's rows do not have."),
+				 errhint("Leave \"workers\" out, or the initial state.")));
 	return cfg.out_desc;
 }
 
@@ -659,6 +770,7 @@ processor_init(SdpOperatorContext *ctx, Jsonb *options)
 	fmgr_info_cxt(func, &cfg->key_out, TopMemoryContext);
 	cfg->vars = sdp_vars_create(ctx->store, cfg->decls, cfg->ndecls, true);
 	sdp_vars_set_timer_indexer(cfg->vars, index_timer_cb, ctx);
+	RegisterSubXactCallback(processor_subxact, NULL);
 	return cfg;
 }
 
@@ -693,6 +805,7 @@ call_handler(SdpOperatorContext *ctx, Handler *h, Datum *args, int nargs)
 	MemoryContext cxt = CurrentMemoryContext;
 	SdpOperatorContext *volatile saved_ctx = current_ctx;
 	const char *volatile saved_handler = current_handler;
+	volatile int saved_marks = nsubxact_marks;
 	int			guc_level = NewGUCNestLevel();
 
 	memset(&rsi, 0, sizeof(rsi));
@@ -748,6 +861,7 @@ call_handler(SdpOperatorContext *ctx, Handler *h, Datum *args, int nargs)
 	{
 		current_ctx = saved_ctx;
 		current_handler = saved_handler;
+		nsubxact_marks = saved_marks;	/* the subtransactions an error left behind are the caller's to undo */
 	}
 	PG_END_TRY();
 	FreeExprContext(rsi.econtext, true);
