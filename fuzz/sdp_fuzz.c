@@ -67,6 +67,8 @@ PG_FUNCTION_INFO_V1(sdp_fuzz_run);
 
 /* libFuzzer's entry point for a program that has its own main (here: the backend's) */
 extern int	LLVMFuzzerRunDriver(int *argc, char ***argv, int (*callback) (const uint8_t *data, size_t size));
+/* fuzz/pb_quiet.cc */
+extern void sdp_fuzz_quiet_protobuf(void);
 
 typedef struct FuzzTarget
 {
@@ -856,6 +858,7 @@ sdp_fuzz_run(PG_FUNCTION_ARGS)
 		MemoryContextSwitchTo(oldcxt);
 	}
 	verbose = getenv("SDP_FUZZ_VERBOSE") != NULL;
+	sdp_fuzz_quiet_protobuf();
 	prev_emit_log_hook = emit_log_hook;
 	emit_log_hook = fuzz_log_hook;
 
