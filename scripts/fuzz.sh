@@ -122,20 +122,24 @@ run() {
      "$bindir/postgres" --single -D "$work/data" -c fsync=off -c log_checkpoints=off postgres) <"$sql" >"$log" 2>&1
 }
 
-# report TARGET LOG WHAT: why a run failed, and its reproducer copied into fuzz/crashes/TARGET/
+# report TARGET LOG WHAT: why a run failed, and its reproducer (copied into fuzz/crashes/TARGET/)
 report() {
   local t=$1 log=$2 what=$3 f n=0
   echo "--- fuzz $t: $what failed; libFuzzer's output: $log"
-  grep -E '^(==[0-9]+==|SUMMARY|ALARM|sdp_fuzz: |Running: |.*runtime error: |TRAP|.*Assert|    #[0-9] |    #1[0-9] )' "$log" | tail -60
-  mkdir -p "fuzz/crashes/$t"
+  grep -E '^(==[0-9]+==|SUMMARY|ALARM|sdp_fuzz: |pb_schema: |.*runtime error: |TRAP|.*Assert|    #[0-9] |    #1[0-9] )' "$log" | tail -40
   for f in "$work/artifacts/$t"/*; do
     [ -f "$f" ] || continue
-    cp "$f" "fuzz/crashes/$t/" && n=$((n + 1))
-    echo "reproducer: fuzz/crashes/$t/$(basename "$f") (run it: bash scripts/fuzz.sh 0 $t with it in fuzz/corpus/$t/)"
+    mkdir -p "fuzz/crashes/$t" && cp "$f" "fuzz/crashes/$t/" && n=$((n + 1))
+    echo "reproducer: fuzz/crashes/$t/$(basename "$f") (bash scripts/fuzz.sh 0 $t runs it once it is in fuzz/corpus/$t/)"
   done
   if [ "$n" -eq 0 ]; then
+    # a replay: the input it was running
     f=$(sed -n 's/^Running: //p' "$log" | tail -1)
-    [ -n "$f" ] && echo "reproducer: $f (the input it was running)"
+    case $f in
+      "$work/regressions/"*) echo "reproducer: fuzz/regressions.py's $t/$(basename "$f") (written to $f)" ;;
+      "$work/corpus/"*) echo "reproducer: fuzz/corpus/$t/$(basename "$f")" ;;
+      ?*) echo "reproducer: $f" ;;
+    esac
   fi
 }
 
