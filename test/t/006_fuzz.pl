@@ -34,7 +34,8 @@ my $work = "$PostgreSQL::Test::Utils::tmp_check/fuzz";
 rmtree($work);
 my ($out, $err) = ('', '');
 my $ok = IPC::Run::run([ 'bash', 'scripts/fuzz.sh', $seconds ], '<', \undef, '>', \$out, '2>', \$err,
-	init => sub { $ENV{SDP_FUZZ_DIR} = $work; $ENV{PG_CONFIG} = 'pg_config'; },
+	# an input may take 5 seconds (scripts/fuzz.sh's default is 2): CI's machine runs other tests beside
+	init => sub { $ENV{SDP_FUZZ_DIR} = $work; $ENV{PG_CONFIG} = 'pg_config'; $ENV{SDP_FUZZ_TIMEOUT} //= 5; },
 	IPC::Run::timeout(@targets * ($seconds + 120) + 600));
 note($err);
 $ok ? note($out) : diag($out);
