@@ -292,10 +292,8 @@ def payment_body(i, qty_branch=1):
             + avro_array(["t%d" % i, "u"], avro_string) + qty + avro_string("n%d" % i))
 
 
-EVERY_FIELDS = None  # the schema is fuzz/sdp_fuzz.c's avro_every; the bodies follow its fields
-
-
 def every_body(depth=0):
+    """A body of fuzz/sdp_fuzz.c's avro_every, field by field, with a next one inside (twice)."""
     pt = lambda p: avro_long(p[0]) + (avro_long(0) if p[1] is None else avro_long(1) + avro_long(p[1]))
     body = (b"\x01" + avro_long(-7) + avro_long(-(1 << 62)) + avro_float(3.25) + avro_double(float("inf"))
             + avro_string("s\u00e9\"\\") + avro_bytes(b"\x00\x01\xff") + b"" + avro_long(2)
@@ -310,11 +308,9 @@ def every_body(depth=0):
     return body + avro_long(0)
 
 
-UNION = None  # fuzz/sdp_fuzz.c's avro_union: null, string, long, map<string>, record K {id int}
-
-
 def avro_seeds():
-    # avro_decode: a byte that picks the writer (0 payment, 1 every, 2 union), then the body
+    # avro_decode: a byte that picks the writer (0 payment, 1 every, 2 fuzz/sdp_fuzz.c's avro_union: null,
+    # string, long, map of strings, record K {id int}), then the body
     for i, qb in ((1, 0), (2, 1), (301, 2)):
         write("avro_decode", "payment_%d" % i, b"\x00" + payment_body(i, qb))
     write("avro_decode", "every", b"\x01" + every_body())
