@@ -218,6 +218,12 @@ def protobuf_seeds():
     write("registry_answer", "proto_missing_reference", answer(ORDER, money_ref) + b"\0")
     write("registry_answer", "not_found", b'{"error_code": 40403, "message": "Schema not found"}\0\x00')
 
+    # the shapes of issue 46's attacks, small (fuzz/regressions.py writes them at full size)
+    unclosed = 'syntax = "proto3";\noption java_package = "x\n;\n' + "message A {\n" * 20 + "}\n" * 20
+    write("pb_schema", "attack_unclosed_string", unclosed)
+    write("registry_answer", "attack_unclosed_string", answer(unclosed) + b"\0\x00")
+    write("registry_answer", "attack_single_quotes", b"{'k\"': " + b"[" * 20 + b"]" * 20 + b"}")
+
 
 # ---- Avro: test 049's payment, and every type ----
 
