@@ -359,6 +359,20 @@ def avro_seeds():
                                              "scale": 5}}]}).encode()
         + b"\0" + avro_long(3) + avro_string("not-a-uuid") + avro_bytes(b"\x01"))
 
+    # non-ASCII in a schema, written as it is and as \u escapes (a registry may do either): in a
+    # database whose encoding is not UTF-8 both must read alike; the escape of a character it lacks
+    # made sdp_registry_read_answer raise there (outside any transaction, in a worker)
+    accents = json.dumps({"type": "record", "name": "R", "fields": [
+        {"name": "kind", "type": {"type": "enum", "name": "K", "symbols": ["\u00e9t\u00e9", "CASH"]},
+         "doc": "caf\u00e9"}, {"name": "f", "type": "string"}]}, ensure_ascii=False)
+    write("registry_answer", "avro_non_ascii", json.dumps({"schema": accents}, ensure_ascii=False).encode()
+          + b"\0" + avro_long(0) + avro_string("x"))
+    write("registry_answer", "avro_non_ascii_escaped", json.dumps({"schema": accents}).encode()
+          + b"\0" + avro_long(0) + avro_string("x"))
+    unicode_proto = 'syntax = "proto3";\n// caf\u00e9 \u4e2d\nmessage M { string s = 1; }\n'
+    write("registry_answer", "crash_latin1_unicode_escape",
+          json.dumps({"schema": unicode_proto, "schemaType": "PROTOBUF"}).encode() + b"\0\x00\x0a\x02hi")
+
     # registry_answer with Avro answers: answer \0 body
     write("registry_answer", "avro_payment", json.dumps({"schema": payment}).encode() + b"\0"
           + payment_body(3, 1))

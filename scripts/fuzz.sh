@@ -13,11 +13,13 @@
 # All but pb_schema run in a single-user backend (postgres --single) of the
 # server PG_CONFIG names (default: the pg_config in PATH; CI's is the
 # assert-enabled 15), in a throwaway data directory, sdp_ext not preloaded,
-# with AddressSanitizer's runtime preloaded (fuzz/sdp_fuzz.c says how).
+# with AddressSanitizer's runtime preloaded (fuzz/sdp_fuzz.c says how); the
+# data directory has two databases, postgres in UTF8 and latin1 in LATIN1.
 # Every target runs with the stack a server has (ulimit -s 8192).
 #
 # Each target first runs, once each, its checked-in corpus (fuzz/corpus/TARGET)
-# and the large regression inputs that fuzz/regressions.py writes, then
+# and the large regression inputs that fuzz/regressions.py writes, in each
+# database, then
 # fuzzes from the corpus for SECONDS_PER_TARGET (default 60) in a scratch copy
 # of it: what it finds is not written into the tree.  An input that crashes,
 # trips a sanitizer, an assertion or an internal error, or runs past the
@@ -30,6 +32,7 @@
 #   SDP_FUZZ_TIMEOUT=2      seconds one input may take (default 2; the replay 10)
 #   SDP_FUZZ_MAX_LEN=65536  the largest input libFuzzer makes
 #   SDP_FUZZ_DIR=DIR        work there (default a new directory under /tmp, kept)
+#   SDP_FUZZ_DATABASE=latin1  fuzz in the LATIN1 database (default postgres, UTF8)
 #   SDP_FUZZ_REGRESSIONS=0  leave fuzz/regressions.py's inputs out (to fuzz a tree
 #                           that does not have their fixes yet)
 #
@@ -51,6 +54,8 @@ timeout_s=${SDP_FUZZ_TIMEOUT:-2}
 replay_timeout_s=10
 max_len=${SDP_FUZZ_MAX_LEN:-65536}
 pg_config=${PG_CONFIG:-pg_config}
+fuzz_db=${SDP_FUZZ_DATABASE:-postgres}
+case $fuzz_db in postgres|latin1) ;; *) sdp_log "SDP_FUZZ_DATABASE is postgres (UTF8) or latin1"; exit 2 ;; esac
 
 for t in "${targets[@]}"; do
   case " ${ALL_TARGETS[*]} " in *" $t "*) ;; *) sdp_log "no fuzz target '$t' (${ALL_TARGETS[*]})"; exit 2 ;; esac
@@ -95,15 +100,20 @@ if [ "${SDP_FUZZ_REGRESSIONS:-1}" != 0 ]; then
 fi
 rm -rf "$work/data"
 [ "$(id -u)" -eq 0 ] && chown -R postgres: "$work"
-if ! "$as_pg" "$bindir/initdb" -D "$work/data" -A trust -U postgres -E UTF8 --locale=C -N >"$work/initdb.log" 2>&1; then
+# two databases: postgres in UTF8, latin1 in LATIN1 (a server encoding other than the messages')
+if ! "$as_pg" "$bindir/initdb" -D "$work/data" -A trust -U postgres -E UTF8 --locale=C -N >"$work/initdb.log" 2>&1 ||
+   ! echo "CREATE DATABASE latin1 TEMPLATE template0 ENCODING 'LATIN1' LC_COLLATE 'C' LC_CTYPE 'C';" |
+     "$as_pg" "$bindir/postgres" --single -D "$work/data" -c fsync=off postgres >>"$work/initdb.log" 2>&1 ||
+   grep -q ERROR "$work/initdb.log"; then
   sdp_log "initdb failed: $work/initdb.log"
   exit 1
 fi
 
-# run TARGET LOG ARG...: libFuzzer over TARGET with these arguments, its output in LOG; its status
+# run TARGET DATABASE LOG ARG...: libFuzzer over TARGET (in DATABASE of the backend) with these
+# arguments, its output in LOG; its status
 run() {
-  local t=$1 log=$2 sql a
-  shift 2
+  local t=$1 db=$2 log=$3 sql a
+  shift 3
   if [ "$t" = pb_schema ]; then
     (ulimit -s 8192; exec timeout -k 10 $((seconds + 300)) "$work/build/pb_schema" "$@") >"$log" 2>&1
     return
@@ -119,7 +129,7 @@ run() {
    exec timeout -k 10 $((seconds + 300)) "$as_pg" env LD_PRELOAD="$asan_rt" \
      ASAN_OPTIONS=detect_leaks=0:allocator_may_return_null=1:detect_stack_use_after_return=0 \
      UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-     "$bindir/postgres" --single -D "$work/data" -c fsync=off -c log_checkpoints=off postgres) <"$sql" >"$log" 2>&1
+     "$bindir/postgres" --single -D "$work/data" -c fsync=off -c log_checkpoints=off "$db") <"$sql" >"$log" 2>&1
 }
 
 # report TARGET LOG WHAT: why a run failed, and its reproducer (copied into fuzz/crashes/TARGET/)
@@ -145,7 +155,7 @@ report() {
 
 failed=0
 for t in "${targets[@]}"; do
-  log_replay=$work/$t.replay.log log_fuzz=$work/$t.fuzz.log
+  log_fuzz=$work/$t.fuzz.log
   rm -rf "$work/artifacts/$t" "$work/corpus/$t"
   mkdir -p "$work/artifacts/$t" "$work/corpus/$t"
   [ -d "fuzz/corpus/$t" ] && cp fuzz/corpus/"$t"/* "$work/corpus/$t/" 2>/dev/null
@@ -154,23 +164,33 @@ for t in "${targets[@]}"; do
   dict=()
   [ -f "fuzz/dict/$t.dict" ] && dict=(-dict="$PWD/fuzz/dict/$t.dict")
 
-  # every input of the corpus and the regressions, once each
+  # every input of the corpus and the regressions, once each (the backend's targets in both databases)
   files=()
   for f in "$work/corpus/$t"/* "$work/regressions/$t"/*; do [ -f "$f" ] && files+=("$f"); done
   replayed=${#files[@]}
-  if [ "$replayed" -gt 0 ]; then
-    run "$t" "$log_replay" "${common[@]}" -timeout=$replay_timeout_s "${files[@]}"
+  dbs=(postgres latin1)
+  [ "$t" = pb_schema ] && dbs=(postgres)
+  replay_failed=0
+  for db in "${dbs[@]}"; do
+    [ "$replayed" -gt 0 ] || break
+    log_replay=$work/$t.replay.$db.log
+    run "$t" "$db" "$log_replay" "${common[@]}" -timeout=$replay_timeout_s "${files[@]}"
     rc=$?
     if [ $rc -ne 0 ] || ! grep -q 'fuzzing was not performed' "$log_replay"; then
-      report "$t" "$log_replay" "the replay of its corpus and regressions"
-      echo "fuzz $t: replayed $replayed inputs: FAILED (status $rc)"
-      failed=1
-      continue
+      report "$t" "$log_replay" "the replay of its corpus and regressions (database $db)"
+      echo "fuzz $t: replayed $replayed inputs in database $db: FAILED (status $rc)"
+      replay_failed=1
+      break
     fi
+  done
+  if [ $replay_failed -ne 0 ]; then
+    failed=1
+    continue
   fi
   [ "$seconds" -gt 0 ] || { echo "fuzz $t: replayed $replayed inputs: OK"; continue; }
+  [ "$fuzz_db" != postgres ] && [ "$t" != pb_schema ] && sdp_log "fuzzing $t in database $fuzz_db"
 
-  run "$t" "$log_fuzz" "${common[@]}" -timeout="$timeout_s" -max_total_time="$seconds" -max_len="$max_len" \
+  run "$t" "$fuzz_db" "$log_fuzz" "${common[@]}" -timeout="$timeout_s" -max_total_time="$seconds" -max_len="$max_len" \
     -print_final_stats=1 "${dict[@]}" "$work/corpus/$t"
   rc=$?
   runs=$(sed -n 's/^Done \([0-9]*\) runs in \([0-9]*\) second.*/\1/p' "$log_fuzz" | tail -1)

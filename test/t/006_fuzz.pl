@@ -4,7 +4,8 @@
 # SDP_FUZZ_SECONDS (default 20) seconds; each must run inputs (libFuzzer's
 # "Done N runs", N > 0) with no crash, sanitizer report, assertion, internal
 # error or input past its timeout.  The in-backend targets run in a
-# single-user backend of the server under test.
+# single-user backend of the server under test, their corpus in a UTF8 and
+# in a LATIN1 database.
 #
 # Fuzzing costs minutes, and one pass is enough: it runs on the assert-
 # enabled PostgreSQL 15 (scripts/test.sh's cassert pass), and skips on the
