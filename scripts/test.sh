@@ -47,6 +47,8 @@ servers=${SDP_SERVERS:-cassert pg18 kafka}
 # test/t/074_processor_plpython.pl PL/Python for the packaged server (the
 # kafka pass's; the assert-enabled servers have none, and it skips there).
 sdp_install_packages chromium fonts-dejavu-core "postgresql-plpython3-$SDP_PG_VERSION"
+# test/t/006_fuzz.pl (scripts/fuzz.sh, as postgres): clang and libFuzzer
+sdp_install_packages clang libclang-rt-14-dev
 command -v node >/dev/null && command -v npm >/dev/null || sdp_install_packages nodejs npm
 sdp_build_tools || { echo "0 passed, 1 failed"; exit 1; }
 

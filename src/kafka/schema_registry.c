@@ -545,7 +545,6 @@ registry_get(SdpRegistry *reg, const char *url, const char *what, long *status, 
 bool
 sdp_registry_fetch(SdpRegistry *reg, int32 id, char **error)
 {
-	SdpRegistrySchema *s;
 	long		status;
 	char	   *body;
 	char	   *what;
@@ -570,12 +569,24 @@ sdp_registry_fetch(SdpRegistry *reg, int32 id, char **error)
 		return false;
 	}
 	reg->fetches++;
-	s = hash_search(reg->schemas, &id, HASH_ENTER, NULL);
+	sdp_registry_put(reg, id, found, found ? body : answer_excerpt(body));
+	return true;
+}
+
+/*
+ * Keep answer as the registry's for schema id, which is not known yet:
+ * its schema (found), or why it has none.  A fetch keeps what it took so;
+ * fuzz/sdp_fuzz.c keeps answers that no registry gave.
+ */
+void
+sdp_registry_put(SdpRegistry *reg, int32 id, bool found, const char *answer)
+{
+	SdpRegistrySchema *s = hash_search(reg->schemas, &id, HASH_ENTER, NULL);
+
 	s->found = found;
-	s->answer = MemoryContextStrdup(reg->cxt, found ? body : answer_excerpt(body));
+	s->answer = MemoryContextStrdup(reg->cxt, answer);
 	s->parsed = NULL;
 	s->parse_error = NULL;
-	return true;
 }
 
 /* Forget the schema of this id (not parsed yet): fetched again when next asked for. */
@@ -617,8 +628,6 @@ sdp_registry_get_version(SdpRegistry *reg, const char *subject, int version)
 bool
 sdp_registry_fetch_version(SdpRegistry *reg, const char *subject, int version, char **error)
 {
-	SdpRegistryVersion *v;
-	MemoryContext oldcxt;
 	long		status;
 	char	   *body;
 	char	   *what;
@@ -646,15 +655,23 @@ sdp_registry_fetch_version(SdpRegistry *reg, const char *subject, int version, c
 		return false;
 	}
 	reg->fetches++;
-	oldcxt = MemoryContextSwitchTo(reg->cxt);
-	v = palloc(sizeof(SdpRegistryVersion));
+	sdp_registry_put_version(reg, subject, version, found, found ? body : answer_excerpt(body));
+	return true;
+}
+
+/* As sdp_registry_put, for a version of a subject not known yet. */
+void
+sdp_registry_put_version(SdpRegistry *reg, const char *subject, int version, bool found, const char *answer)
+{
+	MemoryContext oldcxt = MemoryContextSwitchTo(reg->cxt);
+	SdpRegistryVersion *v = palloc(sizeof(SdpRegistryVersion));
+
 	v->subject = pstrdup(subject);
 	v->version = version;
 	v->found = found;
-	v->answer = pstrdup(found ? body : answer_excerpt(body));
+	v->answer = pstrdup(answer);
 	reg->versions = lappend(reg->versions, v);
 	MemoryContextSwitchTo(oldcxt);
-	return true;
 }
 
 /* The registry's URL as messages show it: without credentials. */

@@ -53,9 +53,12 @@ extern bool sdp_registry_register(SdpRegistry *reg, const char *subject, const c
 extern void sdp_registry_destroy(SdpRegistry *reg);
 extern bool sdp_registry_fetch(SdpRegistry *reg, int32 id, char **error);
 extern SdpRegistrySchema *sdp_registry_get(SdpRegistry *reg, int32 id);
+extern void sdp_registry_put(SdpRegistry *reg, int32 id, bool found, const char *answer);
 extern void sdp_registry_forget(SdpRegistry *reg, int32 id);
 extern bool sdp_registry_fetch_version(SdpRegistry *reg, const char *subject, int version, char **error);
 extern SdpRegistryVersion *sdp_registry_get_version(SdpRegistry *reg, const char *subject, int version);
+extern void sdp_registry_put_version(SdpRegistry *reg, const char *subject, int version, bool found,
+									 const char *answer);
 extern MemoryContext sdp_registry_context(SdpRegistry *reg);
 extern int64 sdp_registry_fetches(SdpRegistry *reg);
 extern const char *sdp_registry_url(SdpRegistry *reg);
