@@ -55,6 +55,7 @@
 #include <google/protobuf/descriptor_database.h>
 #include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
+#include <google/protobuf/stubs/logging.h>
 
 namespace pb = google::protobuf;
 
@@ -1184,12 +1185,30 @@ sdp_pb_free(void *p)
 	free(p);
 }
 
+/*
+ * libprotobuf's own log (a warning per schema without "syntax", say) would
+ * go to the server's stderr, around its logging: what it says of a schema
+ * is in the errors we return instead.
+ */
+static void
+quiet_libprotobuf(void)
+{
+	static bool quiet = false;
+
+	if (!quiet)
+	{
+		pb::SetLogHandler([](pb::LogLevel, const char *, int, const std::string &) {});
+		quiet = true;
+	}
+}
+
 extern "C" SdpPbSchema *
 sdp_pb_schema_create(int nfiles, const char *const *names, const char *const *texts, char **error)
 {
 	std::unique_ptr<SdpPbSchema> s;
 
 	*error = nullptr;
+	quiet_libprotobuf();
 	try
 	{
 		std::string message;

@@ -422,11 +422,108 @@ answer_scalar(void *state, char *token, JsonTokenType type)
 	SDP_JSON_CALLBACK_DONE;
 }
 
+static int
+hex_value(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
+}
+
+/* The code unit of "\uXXXX" at p (6 bytes at least before end), or -1. */
+static int
+escaped_unit(const char *p, const char *end)
+{
+	int			v = 0;
+
+	if (end - p < 6 || p[0] != '\\' || p[1] != 'u')
+		return -1;
+	for (int i = 2; i < 6; i++)
+	{
+		int			h = hex_value(p[i]);
+
+		if (h < 0)
+			return -1;
+		v = v * 16 + h;
+	}
+	return v;
+}
+
+/*
+ * The answer with its \u escapes of characters past ASCII written as the
+ * characters, in UTF-8 (a surrogate pair as one character): PostgreSQL's
+ * JSON lexer would decode them into the database's encoding, and raise
+ * when that has no such character.  What the answer holds is UTF-8, and so
+ * is what is read of it: a Protobuf schema is given to libprotobuf so, an
+ * Avro schema is brought to the database's encoding where it is parsed (in
+ * a transaction, where an error is the message's).  Escapes of ASCII stay
+ * (a quote, a control character), as does what is not a valid escape (the
+ * lexer refuses it).  Never longer than the answer.
+ */
+static char *
+unescape_past_ascii(const char *answer, size_t len)
+{
+	char	   *out = palloc(len + 1);
+	char	   *o = out;
+	const char *p = answer;
+	const char *end = answer + len;
+
+	while (p < end)
+	{
+		int			u;
+
+		if (*p != '\\')
+		{
+			*o++ = *p++;
+			continue;
+		}
+		u = escaped_unit(p, end);
+		if (u < 0x80)
+		{
+			/* an escape of ASCII, another escape, or not one: as it is (a backslash escaped stays two) */
+			*o++ = *p++;
+			if (p < end)
+				*o++ = *p++;
+			continue;
+		}
+		if (u >= 0xD800 && u <= 0xDBFF)
+		{
+			int			low = escaped_unit(p + 6, end);
+
+			if (low >= 0xDC00 && low <= 0xDFFF)
+			{
+				o = (char *) unicode_to_utf8(0x10000 + ((u - 0xD800) << 10) + (low - 0xDC00), (unsigned char *) o);
+				o += pg_utf_mblen((unsigned char *) o);
+				p += 12;
+				continue;
+			}
+		}
+		if (u >= 0xD800 && u <= 0xDFFF)
+		{
+			/* a lone surrogate: left for the lexer to refuse */
+			memcpy(o, p, 6);
+			o += 6;
+			p += 6;
+			continue;
+		}
+		o = (char *) unicode_to_utf8(u, (unsigned char *) o);
+		o += pg_utf_mblen((unsigned char *) o);
+		p += 6;
+	}
+	*o = '\0';
+	return out;
+}
+
 /*
  * A registry's answer for a schema read: its "schema" text, its
  * "schemaType" (NULL when it has none: Avro) and its "references" (a
- * Protobuf schema's imports), palloc'd.  False with the reason when the
- * answer is not a JSON object with a string "schema".  Raises nothing but
+ * Protobuf schema's imports), palloc'd, in UTF-8 whatever the database's
+ * encoding.  False with the reason when the answer is not a JSON object
+ * with a string "schema".  Raises nothing but
  * out of memory: it runs outside any transaction too (the worker reads a
  * Protobuf schema's references before its batch).
  */
@@ -451,6 +548,8 @@ sdp_registry_read_answer(const char *answer, SdpRegistryAnswer *out, char **erro
 		*error = psprintf("the answer nests arrays or objects more than %d deep", SDP_REGISTRY_MAX_DEPTH);
 		return false;
 	}
+	answer = unescape_past_ascii(answer, len);
+	len = strlen(answer);
 	lex = sdp_json_lexer(unconstify(char *, answer), (int) len, PG_UTF8, true);
 	r.out = out;
 	sem.semstate = &r;

@@ -145,7 +145,8 @@ avro_schema_text(const char *answer_text, int32 id)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_TEXT_REPRESENTATION),
 				 errmsg("schema id %d is a %s schema, and the format is avro", id, a.schema_type)));
-	return a.schema;
+	/* the answer's text is UTF-8: its names are matched to the columns in the database's encoding */
+	return pg_any_to_server(a.schema, strlen(a.schema), PG_UTF8);
 }
 
 /*
