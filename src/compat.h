@@ -17,7 +17,9 @@
  *		range table (ExecCheckPermissions, ExecInitRangeTable's
  *		permInfos); ExecInsertIndexTuples takes onlySummarizing;
  *		float8in_internal a soft-error context (NULL: raise); pg_proc_aclcheck
- *		is object_aclcheck of pg_proc
+ *		is object_aclcheck of pg_proc; a replication slot's invalidation
+ *		has a cause (data.invalidated), where 15 moved its restart_lsn to
+ *		data.invalidated_at
  *	17	makeJsonLexContextCstringLen takes the context to fill (NULL:
  *		allocate one); dshash_parameters has a key copy function;
  *		CheckValidResultRel takes the MERGE actions; CreateWaitEventSet
@@ -216,5 +218,16 @@ sdp_init_range_table(EState *estate, RangeTblEntry *rte, List *perminfos)
 	ExecInitRangeTable(estate, list_make1(rte));
 #endif
 }
+
+/*
+ * Whether a replication slot has been invalidated (the slot's spinlock held;
+ * the caller includes replication/slot.h)
+ */
+#if PG_VERSION_NUM >= 160000
+#define sdp_slot_invalidated(slot) ((slot)->data.invalidated != RS_INVAL_NONE)
+#else
+#define sdp_slot_invalidated(slot) \
+	(XLogRecPtrIsInvalid((slot)->data.restart_lsn) && !XLogRecPtrIsInvalid((slot)->data.invalidated_at))
+#endif
 
 #endif							/* SDP_COMPAT_H */

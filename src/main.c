@@ -17,6 +17,7 @@
 #include "utils/guc.h"
 
 #include "kafka/kafka_properties.h"
+#include "kafka/standby_slots.h"
 #include "launcher/launcher.h"
 #include "shmem/slots.h"
 #include "sql/roles.h"
@@ -172,6 +173,15 @@ sdp_define_gucs(void)
 							   PGC_SUSET,
 							   GUC_LIST_INPUT,
 							   sdp_check_allowed_hosts, NULL, NULL);
+
+	DefineCustomStringVariable("sdp.standby_slots",
+							   "Physical replication slots of the standbys that a sink flow's rows must be on before they are produced to Kafka.",
+							   "A comma-separated list of slot names. A sink flow's relay produces a batch's rows only once the standby of every slot named has flushed the batch's commit, so that a promoted standby holds every row already in Kafka. Empty: on PostgreSQL 17 and later the slots of synchronized_standby_slots, else none.",
+							   &sdp_standby_slots,
+							   "",
+							   PGC_SIGHUP,
+							   GUC_LIST_INPUT,
+							   standby_slots_check_guc, NULL, NULL);
 
 	MarkGUCPrefixReserved("sdp");
 }

@@ -46,7 +46,21 @@
  * A row is produced only once its batch's commit is flushed to WAL: with
  * synchronous_commit off, a crash could otherwise lose a batch (rows and
  * offsets) whose messages were already out, and the replayed input would
- * be produced a second time under new seqs.
+ * be produced a second time under new seqs.  For the same reason across a
+ * failover, it is produced only once the commit is flushed on the standbys
+ * that could be promoted, those of the physical replication slots that
+ * sdp.standby_slots names (or PostgreSQL 17's synchronized_standby_slots;
+ * standby_slots.c): with asynchronous replication a primary that dies
+ * loses the commits its standbys had not received, and the promoted
+ * standby would produce their input again.  The relay does not block for
+ * them: a round whose rows wait returns, the flow goes on consuming, and a
+ * later round produces them, with no transaction open or lock held
+ * meanwhile; a standby that has not caught up within
+ * RELAY_STANDBY_PATIENCE_MS, or a slot that will not advance, makes the
+ * relay fail like a sink that cannot be written: the flow stops consuming
+ * and shows why.  The read-back at start needs no such wait: it produces
+ * nothing, and what a promoted standby produces from the rows it holds is
+ * the truth of the new primary.
  *
  * Threads: librdkafka's threads are created with every signal blocked;
  * no callback calls PostgreSQL (none is set but the default logger and
@@ -57,6 +71,7 @@
  */
 #include "kafka/relay.h"
 #include "kafka/outbox.h"
+#include "kafka/standby_slots.h"
 #include "kafka/kafka_client.h"
 #include "kafka/kafka_properties.h"
 #include "decl/catalog.h"
@@ -94,6 +109,10 @@
 #define RELAY_READBACK		1000	/* offsets read back at a time, from a partition's end */
 #define RELAY_IDLE_DELETE_MS	100 /* produced rows no batch deleted go after this long */
 #define RELAY_APPEND_MS		5	/* a transaction takes more rows while this young */
+#define RELAY_STANDBY_PATIENCE_MS	1000	/* rows wait this long for the standbys before the flow stops consuming */
+
+/* relay_produce's result when its rows wait for the standbys that could be promoted */
+#define RELAY_WAITING		(-2)
 
 
 /* Properties the relay sets itself. */
@@ -141,6 +160,10 @@ struct KafkaRelay
 	int64		deleting_upto;	/* the batch transaction under way deletes rows up to this seq */
 	int64		deleted_upto;	/* rows up to this seq are produced and deleted (0: none known) */
 	bool		flushed_earlier;	/* the WAL of rows earlier workers left is flushed (first round) */
+	XLogRecPtr	standby_wait_lsn;	/* the rows read last wait for the standbys to flush up to here */
+	TimestampTz standby_wait_since; /* since when rows wait for the standbys (0: they do not) */
+	bool		standby_broken; /* they wait for a named slot that will not advance */
+	bool		drain_waits;	/* the last kafka_relay_drain failed because they wait (reset by kafka_relay_fence) */
 	int			npartitions;
 	bool		skips;			/* sdp.outbox has column skipped_by (0.7) */
 	char	   *fenced;			/* a newer producer of txn_id fenced this relay: why (in cxt's parent) */
@@ -157,6 +180,7 @@ struct KafkaRelay
 
 static void relay_destroy_producer(KafkaRelay *r);
 static void relay_committed(KafkaRelay *r);
+static bool relay_standby_patience(KafkaRelay *r, bool *pending);
 static const char *relay_rows(KafkaRelay *r, Oid *types, Datum *values);
 static void outbox_begin(void);
 static void outbox_end(void);
@@ -543,7 +567,7 @@ row_partition(KafkaRelay *r, const char *key, int64 seq)
  * flush request ... is not satisfied", seen in test 082).  The end of the
  * last record is the page's start there, as xlog.c computes it.
  */
-static void
+static XLogRecPtr
 flush_inserted_wal(void)
 {
 	XLogRecPtr	upto = GetXLogInsertRecPtr();
@@ -553,6 +577,32 @@ flush_inserted_wal(void)
 	else if (upto % XLOG_BLCKSZ == SizeOfXLogShortPHD)
 		upto -= SizeOfXLogShortPHD;
 	XLogFlush(upto);
+	return upto;
+}
+
+/*
+ * Whether the standbys that could be promoted (standby_slots.c) have
+ * flushed WAL up to lsn, where the commits of the rows about to be
+ * produced end.  If not, the reason goes to *error and the rows wait:
+ * relay_produce reads none again until the standbys have flushed up to lsn.
+ */
+static bool
+relay_standbys_flushed(KafkaRelay *r, XLogRecPtr lsn, char **error)
+{
+	char	   *reason;
+
+	if (standby_slots_flushed(lsn, &reason, &r->standby_broken))
+	{
+		r->standby_wait_lsn = InvalidXLogRecPtr;
+		r->standby_wait_since = 0;
+		return true;
+	}
+	r->standby_wait_lsn = lsn;
+	if (r->standby_wait_since == 0)
+		r->standby_wait_since = GetCurrentTimestamp();
+	*error = psprintf("sink \"%s\": its rows wait for the standbys that could be promoted: %s",
+					  r->def.name, reason);
+	return false;
 }
 
 /* Run a statement on the outbox, in a transaction of its own, as the extension. */
@@ -1043,7 +1093,8 @@ hex_to_bytes(char *text, size_t len)
 /*
  * Produce the next outbox rows in a transaction (begun here unless one is
  * open, committed by the caller).  Returns the number of rows, 0 when the
- * outbox holds none that is not produced.
+ * outbox holds none that is not produced, -1 on an error and RELAY_WAITING
+ * when they wait for the standbys, with the reason in *error for both.
  */
 static int
 relay_produce(KafkaRelay *r, bool await, char **error)
@@ -1061,6 +1112,11 @@ relay_produce(KafkaRelay *r, bool await, char **error)
 	size_t	   *lens;
 	int64	   *skipped;
 	int			nskipped;
+	XLogRecPtr	flushed;
+
+	/* the rows read last wait for the standbys: none is read again before they are flushed there */
+	if (r->standby_wait_lsn != InvalidXLogRecPtr && !relay_standbys_flushed(r, r->standby_wait_lsn, error))
+		return RELAY_WAITING;
 
 again:
 	SDP_PROBE_BEGIN(SDP_PROBE_SELECT);
@@ -1122,12 +1178,18 @@ again:
 	SDP_PROBE_BEGIN(SDP_PROBE_WALFLUSH);
 	if (!r->flushed_earlier)
 	{
-		flush_inserted_wal();
+		flushed = flush_inserted_wal();
 		r->flushed_earlier = true;
 	}
 	else
-		XLogFlush(XactLastCommitEnd);
+	{
+		flushed = XactLastCommitEnd;
+		XLogFlush(flushed);
+	}
 	SDP_PROBE_END(SDP_PROBE_WALFLUSH);
+	/* ... and on the standbys that could be promoted, when slots are named */
+	if (!relay_standbys_flushed(r, flushed, error))
+		return RELAY_WAITING;
 
 	SDP_PROBE_BEGIN(SDP_PROBE_PRODUCE);
 	if (!r->in_txn)
@@ -1205,6 +1267,8 @@ kafka_relay_fence(KafkaRelay *r, char **error)
 {
 	rd_kafka_error_t *kerr;
 
+	r->drain_waits = false;
+
 	/*
 	 * Fenced: a new producer would fence the other server's in turn, and
 	 * the two would take the transactional id from each other at every
@@ -1281,6 +1345,7 @@ kafka_relay_drain(KafkaRelay *r, char **error)
 			r->recovered = true;
 		}
 		n = relay_produce(r, true, error);
+		r->drain_waits = n == RELAY_WAITING;
 		if (n < 0)
 			return false;
 		if (n == 0)
@@ -1312,8 +1377,9 @@ relay_committed(KafkaRelay *r)
  * (kafka_relay_delete_committed).
  *
  * Exactly once as with kafka_relay_drain: at most one transaction open,
- * rows produced in seq order, each once its batch's commit is flushed, and
- * deleted only once their transaction committed.
+ * rows produced in seq order, each once its batch's commit is flushed
+ * (here and on the standbys that could be promoted), and deleted only once
+ * their transaction committed.
  */
 bool
 kafka_relay_pump(KafkaRelay *r, bool *pending, char **error)
@@ -1356,6 +1422,8 @@ kafka_relay_pump(KafkaRelay *r, bool *pending, char **error)
 			if (*pending && now < TimestampTzPlusMilliseconds(r->txn_begun_at, RELAY_APPEND_MS))
 			{
 				n = relay_produce(r, false, error);
+				if (n == RELAY_WAITING)
+					return relay_standby_patience(r, pending);
 				if (n < 0)
 					return false;
 				*pending = n == RELAY_ROWS_PER_TXN;
@@ -1373,10 +1441,49 @@ kafka_relay_pump(KafkaRelay *r, bool *pending, char **error)
 	if (!*pending)
 		return true;
 	n = relay_produce(r, false, error);
+	if (n == RELAY_WAITING)
+		return relay_standby_patience(r, pending);
 	if (n < 0)
 		return false;
 	*pending = n == RELAY_ROWS_PER_TXN;
 	return true;
+}
+
+/*
+ * The rows of a round wait for the standbys (relay_produce): they stay
+ * pending, and the flow goes on consuming while the standbys are behind
+ * less than RELAY_STANDBY_PATIENCE_MS.  Past it, or at once when a named
+ * slot will not advance, false: the relay fails with the reason that
+ * relay_produce gave, and the flow consumes nothing until the standbys
+ * have the rows (kafka_relay_drain).
+ */
+static bool
+relay_standby_patience(KafkaRelay *r, bool *pending)
+{
+	*pending = true;
+	return !r->standby_broken &&
+		GetCurrentTimestamp() < TimestampTzPlusMilliseconds(r->standby_wait_since, RELAY_STANDBY_PATIENCE_MS);
+}
+
+/*
+ * Whether the rows the relay read last wait for the standbys: the worker
+ * looks again within a few milliseconds, lingering for a batch included.
+ */
+bool
+kafka_relay_holds_for_standbys(KafkaRelay *r)
+{
+	return r->standby_wait_lsn != InvalidXLogRecPtr;
+}
+
+/*
+ * Whether the last kafka_relay_drain failed because the rows wait for the
+ * standbys that could be promoted: the worker then looks again after a
+ * few milliseconds rather than backing off.
+ */
+bool
+kafka_relay_waits_for_standbys(KafkaRelay *r)
+{
+	return r->drain_waits;
 }
 
 /*

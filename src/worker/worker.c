@@ -75,6 +75,8 @@
 #define SDP_RETRY_MIN_MS		100
 #define SDP_RETRY_MAX_MS		30000
 #define SDP_RELAY_RETRY_MAX_MS	2000	/* the relay retries at least this often */
+#define SDP_STANDBY_RECHECK_MS	5	/* rows waiting for the standbys are looked at again this often */
+#define SDP_STANDBY_LOG_MS		60000	/* and the wait is logged when it begins and this often */
 /* a worker draining a backlog lingers up to this long for a fuller batch, in steps (worker_poll) */
 #define SDP_BEHIND_WAIT_MS		10
 #define SDP_BEHIND_STEP_MS		2
@@ -110,6 +112,7 @@ static struct
 	bool		relay_draining; /* relay the blocking way (kafka_relay_drain): at start, after an error */
 	int64		relay_wait_seq; /* at start: other workers' rows up to this seq go first, 0: none */
 	int			relay_backoff_ms;	/* the relay could not write the sink: wait this long */
+	TimestampTz standby_logged; /* the relay's wait for the standbys was last logged then (0: none) */
 }			loop;
 
 static void worker_on_exit(int code, Datum arg);
@@ -814,6 +817,22 @@ worker_relay_fenced(FlowWorker *w)
 	return false;
 }
 
+/* Whether a relay of this worker failed to drain because its rows wait for the standbys (kafka_relay_waits_for_standbys). */
+static bool
+worker_relay_waits_for_standbys(FlowWorker *w)
+{
+	ListCell   *lc;
+
+	if (kafka_relay_waits_for_standbys(w->relay))
+		return true;
+	foreach(lc, loop.orphan_relays)
+	{
+		if (kafka_relay_waits_for_standbys((KafkaRelay *) lfirst(lc)))
+			return true;
+	}
+	return false;
+}
+
 /*
  * An Avro sink's schema (derived from the flow's rows when it was
  * prepared) registered under the subject TOPIC-value, as Confluent's
@@ -845,8 +864,12 @@ worker_register_sink_schema(FlowWorker *w, char **error)
  * rows while the sink can be written.  When it cannot (the sink's brokers
  * are down), the flow consumes nothing either, and shows why; it waits with
  * backoff, answering stop requests, and the relay goes on where it stood.
- * A relay fenced by a newer producer of its transactional id fails the
- * flow: that producer is another server's (kafka_relay_fenced).
+ * Rows that wait for the standbys that could be promoted (sdp.standby_slots)
+ * are looked at again every SDP_STANDBY_RECHECK_MS instead: nothing wakes
+ * the worker when a standby's slot moves, and the wait is short when the
+ * standby is only behind.  A relay fenced by a newer producer of its
+ * transactional id fails the flow: that producer is another server's
+ * (kafka_relay_fenced).
  */
 static bool
 worker_relay(FlowWorker *w)
@@ -895,6 +918,10 @@ worker_relay(FlowWorker *w)
 	pgstat_report_activity(STATE_IDLE, NULL);
 	if (done)
 	{
+		if (loop.standby_logged != 0)
+			ereport(LOG,
+					(errmsg("sdp flow \"%s\": the standbys have flushed its rows, which are produced", w->args.name)));
+		loop.standby_logged = 0;
 		if (loop.relay_backoff_ms > 0)
 			sdp_worker_set_state(w, SDP_FLOW_RUNNING, true);
 		loop.relay_backoff_ms = 0;
@@ -903,6 +930,21 @@ worker_relay(FlowWorker *w)
 	{
 		MemoryContextSwitchTo(oldcxt);
 		sdp_worker_fail(w, error);
+	}
+	else if (worker_relay_waits_for_standbys(w))
+	{
+		TimestampTz now = GetCurrentTimestamp();
+
+		if (loop.standby_logged == 0 || now >= TimestampTzPlusMilliseconds(loop.standby_logged, SDP_STANDBY_LOG_MS))
+		{
+			ereport(LOG,
+					(errmsg("sdp flow \"%s\": %s; it consumes nothing until they have", w->args.name, error),
+					 errhint("A sink flow's rows are produced once the standbys of the replication slots named in sdp.standby_slots (or synchronized_standby_slots) have flushed them.")));
+			loop.standby_logged = now;
+		}
+		loop.relay_backoff_ms = SDP_STANDBY_RECHECK_MS;
+		sdp_worker_set_error(w, error);
+		sdp_worker_set_state(w, SDP_FLOW_RETRYING, false);
 	}
 	else
 	{
@@ -946,21 +988,30 @@ worker_relay_pump(FlowWorker *w)
 	return ok;
 }
 
+/* Whether the relay has a Kafka transaction open, or rows waiting for the standbys. */
+static bool
+worker_relay_in_flight(FlowWorker *w)
+{
+	return kafka_relay_busy(w->relay) || (loop.relay_pending && kafka_relay_holds_for_standbys(w->relay));
+}
+
 /*
  * A wait of a worker lingering for a fuller batch (worker_poll): while its
  * relay has a Kafka transaction open, the transaction is committed as soon
  * as the sink has acknowledged it, not after the linger and the next batch
  * (a cluster's read_committed consumers see its rows only then), and the
- * wait lasts at most a step of the linger of a worker behind.  An error
- * hands the relay over to the blocking way before the next poll.
+ * wait lasts at most a step of the linger of a worker behind; so too while
+ * its rows wait for the standbys, which produces them as soon as the
+ * standbys have them.  An error hands the relay over to the blocking way
+ * before the next poll.
  */
 static long
 linger_wait_ms(FlowWorker *w, long wait_ms)
 {
-	if (w->relay == NULL || loop.relay_draining || !kafka_relay_busy(w->relay))
+	if (w->relay == NULL || loop.relay_draining || !worker_relay_in_flight(w))
 		return wait_ms;
 	(void) worker_relay_pump(w);	/* the batch's memory holds nothing yet */
-	if (!loop.relay_draining && kafka_relay_busy(w->relay))
+	if (!loop.relay_draining && worker_relay_in_flight(w))
 		return Min(wait_ms, SDP_BEHIND_STEP_MS);
 	return wait_ms;
 }
