@@ -61,8 +61,8 @@ Initialises and starts a node with sdp_ext preloaded; extra settings from
 %conf go to postgresql.conf.  Creates the extension.  C<< install_path =>
 $dir >> in %conf is not a setting: the node runs the PostgreSQL installed in
 $dir (PostgreSQL::Test::Cluster's install_path) instead of the one in PATH.
-Nor is C<< allows_streaming => 1 >>: the node is set up to have streaming
-standbys (PostgreSQL::Test::Cluster's init option).
+Nor is C<< allows_streaming => 1 >> (or C<'logical'>): the node is set up
+to have streaming standbys (PostgreSQL::Test::Cluster's init option).
 
 =cut
 
@@ -72,7 +72,7 @@ sub new_node ($name, %conf)
 	my $streaming = delete $conf{allows_streaming};
 	my $node = PostgreSQL::Test::Cluster->new($name,
 		defined $install_path ? (install_path => $install_path) : ());
-	$node->init($streaming ? (allows_streaming => 1) : ());
+	$node->init($streaming ? (allows_streaming => $streaming) : ());
 	my $extra = join '', map { "$_ = $conf{$_}\n" } sort keys %conf;
 	$node->append_conf('postgresql.conf', <<"EOC" . $extra);
 shared_preload_libraries = 'sdp_ext'

@@ -138,6 +138,14 @@ SELECT count(*) AS sinks FROM sdp.sinks;
 SELECT sdp_drop_source('events');
 DROP TABLE events_out;
 DROP ROLE sdp_sink_user;
+-- sdp.standby_slots: the physical replication slots of the standbys whose
+-- flush a sink flow's rows wait for; a server setting, checked as slot names
+-- (whether the slots exist is the relay's to say, test 062)
+SHOW sdp.standby_slots;
+SET sdp.standby_slots = 'node2';
+ALTER SYSTEM SET sdp.standby_slots = '"Node2"';
+ALTER SYSTEM SET sdp.standby_slots = 'node2, node-3';
+ALTER SYSTEM SET sdp.standby_slots = 'node2,,node3';
 -- the workers go away before the extension does (a worker still in a
 -- transaction could deadlock with DROP EXTENSION): no flow worker and no
 -- flow slot for a whole second, so that a launcher pass that raced the
