@@ -140,7 +140,7 @@ DROP TABLE events_out;
 DROP ROLE sdp_sink_user;
 -- sdp.standby_slots: the physical replication slots of the standbys whose
 -- flush a sink flow's rows wait for; a server setting, checked as slot names
--- (whether the slots exist is the relay's to say, test 062)
+-- (whether the slots exist is the relay's to say, test 065)
 SHOW sdp.standby_slots;
 SET sdp.standby_slots = 'node2';
 ALTER SYSTEM SET sdp.standby_slots = '"Node2"';
