@@ -161,6 +161,8 @@ struct KafkaRelay
 	int64		deleted_upto;	/* rows up to this seq are produced and deleted (0: none known) */
 	bool		flushed_earlier;	/* the WAL of rows earlier workers left is flushed (first round) */
 	XLogRecPtr	standby_wait_lsn;	/* the rows read last wait for the standbys to flush up to here */
+	int64		standby_wait_seq;	/* the last of those rows */
+	bool		read_bounded;	/* the last round produced only rows that had waited: more may follow */
 	TimestampTz standby_wait_since; /* since when rows wait for the standbys (0: they do not) */
 	bool		standby_broken; /* they wait for a named slot that will not advance */
 	bool		drain_waits;	/* the last kafka_relay_drain failed because they wait (reset by kafka_relay_fence) */
@@ -1100,8 +1102,8 @@ static int
 relay_produce(KafkaRelay *r, bool await, char **error)
 {
 	MemoryContext oldcxt;
-	Oid			types[3];
-	Datum		values[3];
+	Oid			types[4];
+	Datum		values[4];
 	const char *mine = relay_rows(r, types, values);
 	rd_kafka_error_t *kerr;
 	int			n;
@@ -1113,10 +1115,22 @@ relay_produce(KafkaRelay *r, bool await, char **error)
 	int64	   *skipped;
 	int			nskipped;
 	XLogRecPtr	flushed;
+	int64		upto = PG_INT64_MAX;	/* the rows to read: those up to this seq */
 
-	/* the rows read last wait for the standbys: none is read again before they are flushed there */
-	if (r->standby_wait_lsn != InvalidXLogRecPtr && !relay_standbys_flushed(r, r->standby_wait_lsn, error))
-		return RELAY_WAITING;
+	/*
+	 * The rows read last wait for the standbys: none is read again before
+	 * they are flushed there.  Then those rows go, and only those: the
+	 * rows committed since wait for their own commits, in a later round
+	 * (were they read with them, the relay would chase the newest commit
+	 * and produce nothing while batches keep coming).
+	 */
+	r->read_bounded = false;
+	if (r->standby_wait_lsn != InvalidXLogRecPtr)
+	{
+		if (!relay_standbys_flushed(r, r->standby_wait_lsn, error))
+			return RELAY_WAITING;
+		upto = r->standby_wait_seq;
+	}
 
 again:
 	SDP_PROBE_BEGIN(SDP_PROBE_SELECT);
@@ -1124,10 +1138,12 @@ again:
 	outbox_begin();
 	types[2] = INT8OID;
 	values[2] = Int64GetDatum(Max(r->produced_upto, r->deleted_upto));
+	types[3] = INT8OID;
+	values[3] = Int64GetDatum(upto);
 	outbox_execute(&r->select_plan,
-				   psprintf("SELECT seq, key, value, %s FROM sdp.outbox WHERE %s AND seq > $3 ORDER BY seq LIMIT %d",
+				   psprintf("SELECT seq, key, value, %s FROM sdp.outbox WHERE %s AND seq > $3 AND seq <= $4 ORDER BY seq LIMIT %d",
 							r->skips ? "skipped_by IS NOT NULL" : "false", mine, RELAY_ROWS_PER_TXN),
-				   3, types, values, true);
+				   4, types, values, true);
 	nread = (int) SPI_processed;
 	oldcxt = MemoryContextSwitchTo(r->cxt);
 	seqs = palloc(sizeof(int64) * Max(nread, 1));
@@ -1162,6 +1178,12 @@ again:
 	outbox_end();
 	if (n == 0 && nskipped > 0)
 		goto again;
+	if (n == 0 && upto != PG_INT64_MAX)
+	{
+		/* the rows that waited are gone (set aside): the next ones, if any */
+		upto = PG_INT64_MAX;
+		goto again;
+	}
 	if (n == 0)
 		return 0;
 	SDP_PROBE_END(SDP_PROBE_SELECT);
@@ -1187,9 +1209,13 @@ again:
 		XLogFlush(flushed);
 	}
 	SDP_PROBE_END(SDP_PROBE_WALFLUSH);
-	/* ... and on the standbys that could be promoted, when slots are named */
-	if (!relay_standbys_flushed(r, flushed, error))
+	/* ... and on the standbys that could be promoted, when slots are named (unless they waited for them) */
+	if (upto == PG_INT64_MAX && !relay_standbys_flushed(r, flushed, error))
+	{
+		r->standby_wait_seq = seqs[n - 1];
 		return RELAY_WAITING;
+	}
+	r->read_bounded = upto != PG_INT64_MAX;
 
 	SDP_PROBE_BEGIN(SDP_PROBE_PRODUCE);
 	if (!r->in_txn)
@@ -1426,7 +1452,7 @@ kafka_relay_pump(KafkaRelay *r, bool *pending, char **error)
 					return relay_standby_patience(r, pending);
 				if (n < 0)
 					return false;
-				*pending = n == RELAY_ROWS_PER_TXN;
+				*pending = n == RELAY_ROWS_PER_TXN || r->read_bounded;
 			}
 			return true;
 		}
@@ -1445,7 +1471,7 @@ kafka_relay_pump(KafkaRelay *r, bool *pending, char **error)
 		return relay_standby_patience(r, pending);
 	if (n < 0)
 		return false;
-	*pending = n == RELAY_ROWS_PER_TXN;
+	*pending = n == RELAY_ROWS_PER_TXN || r->read_bounded;
 	return true;
 }
 
