@@ -134,7 +134,7 @@ my $twice = grep { $seen->{$_} > 1 } keys %$seen;
 note("the sink topic holds $messages messages for 30,000 inputs, $twice of them more than once");
 is($messages, 30000, 'a read_committed consumer sees 30,000 messages');
 is($twice, 0, 'no input twice');
-is(scalar(grep { $seen->{$_} } 0 .. 29999), 30000, 'every input (seq 0 .. 29999) once');
+is(scalar(grep { $seen->{$_} } 0 .. 29999), 30000, 'every input (seq 0 .. 29999) in the topic');
 
 $standby->stop;
 done_testing();
