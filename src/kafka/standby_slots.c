@@ -130,31 +130,27 @@ standby_slots_list(const char **param)
 	if (parsed == NULL || strcmp(parsed, setting) != 0)
 	{
 		MemoryContext oldcxt = MemoryContextSwitchTo(TopMemoryContext);
+		char	   *newbuffer = pstrdup(setting);
+		List	   *newnames = NIL;
+		bool		ok;
 
+		/* the list in TopMemoryContext too: lappend allocates in CurrentMemoryContext */
+		ok = SplitIdentifierString(newbuffer, ',', &newnames);
+		MemoryContextSwitchTo(oldcxt);
+		/* both parameters' check hooks refuse a list that does not parse */
+		if (!ok)
+			elog(ERROR, "could not parse parameter \"%s\": \"%s\"", *param, setting);
 		if (parsed != NULL)
 		{
 			pfree(parsed);
 			pfree(buffer);
 			list_free(names);
 		}
-		names = NIL;
-		parsed = pstrdup(setting);
-		buffer = pstrdup(setting);
-		MemoryContextSwitchTo(oldcxt);
-		/* both parameters' check hooks refuse a list that does not parse */
-		if (!SplitIdentifierString(buffer, ',', &names))
-			elog(ERROR, "could not parse parameter \"%s\": \"%s\"", *param, setting);
+		parsed = MemoryContextStrdup(TopMemoryContext, setting);
+		buffer = newbuffer;
+		names = newnames;
 	}
 	return names;
-}
-
-/* Whether any slot is named: the relay then waits for the standbys. */
-bool
-standby_slots_named(void)
-{
-	const char *param;
-
-	return standby_slots_list(&param) != NIL;
 }
 
 /*

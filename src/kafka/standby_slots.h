@@ -11,7 +11,6 @@
 #include "utils/guc.h"
 
 extern bool standby_slots_check_guc(char **newval, void **extra, GucSource source);
-extern bool standby_slots_named(void);
 extern bool standby_slots_flushed(XLogRecPtr lsn, char **reason, bool *broken);
 
 #endif							/* SDP_STANDBY_SLOTS_H */
