@@ -66,7 +66,9 @@ bench_broker() {  # topic:partitions...
       tools/sdp_broker "${@/#/--topic=}" --addr-file "$dir/broker.addr" --quiet > "$dir/broker.log" 2>&1 &
       broker=$!
       pids+=($broker)
-      for _ in $(seq 100); do [ -s "$dir/broker.addr" ] && break; sleep 0.1; done
+      # the mock cluster creates its topics one by one before it writes the address: about
+      # 0.25 s each on a loaded machine (60 topics of bench/sink.sh SINK_STANDBY=1: 15 s)
+      for _ in $(seq 600); do [ -s "$dir/broker.addr" ] && break; sleep 0.1; done
       boot=$(cat "$dir/broker.addr")
       source_options='{"fetch.wait.max.ms": "1"}'
       floor_options=(-X fetch.wait.max.ms=1) ;;

@@ -39,6 +39,14 @@
 #              --transactional), and a read_committed consumer of its
 #              output: what an exactly-once write back to Kafka costs here
 #              without PostgreSQL (no outbox, no commit, no WAL flush).
+#       standby (with SINK_STANDBY=1, beside the others in every round): the
+#              sink flow again, with sdp.standby_slots naming the slot of a
+#              streaming standby of the server (asynchronous, on the same
+#              machine, started with pg_basebackup before the rounds and
+#              streaming throughout, for the other kinds too): its rows are
+#              produced once the standby has flushed their batches
+#              (README, Failover with a Kafka sink); the difference from the
+#              sink's row is what that wait costs.
 #     Each round also gives the CPU (user + system, all threads, /proc) of the
 #     flow's worker (or the pipe) and of the broker over the producer's 10 s,
 #     in % of a core; the transactional pipe's, per Kafka transaction too;
@@ -65,6 +73,7 @@
 #   RDKAFKA_PREFIX=DIR               build the extension and the tools against the
 #                                    librdkafka in DIR (bench/librdkafka.sh), from
 #                                    a clean tree (make clean; rm the tools)
+#   SINK_STANDBY=1                   a streaming standby, and the latency rounds' standby kind
 #   SINK_LINGER_MS=N                 linger.ms of the throughput backlog's producer
 #                                    (default 100: record batches a fetch brings
 #                                    whole, as from a Kafka broker; bench/cpu.sh)
@@ -95,6 +104,15 @@ echo "librdkafka: $(ldd "$($SDP_PG_BIN/pg_config --pkglibdir)/sdp_ext.so" | awk 
 bench_server sink 'track_commit_timestamp = on'
 [ -n "${SINK_LOG:-}" ] && bench_on_exit='cp "$dir/postgres.log" "$SINK_LOG"'
 bench_start
+if [ "${SINK_STANDBY:-0}" = 1 ]; then
+  # an asynchronous standby on a physical slot, on the next port, its WAL receiver streaming throughout
+  sql -c "SELECT pg_create_physical_replication_slot('bench_standby')" >/dev/null
+  sdp_as_postgres pg_basebackup -h "$dir" -p "$port" -U postgres -D "$dir/standby" -X stream -S bench_standby -R >/dev/null
+  echo "port = $((port + 1))" | sdp_as_postgres tee -a "$dir/standby/postgresql.conf" >/dev/null
+  sdp_as_postgres pg_ctl -D "$dir/standby" -l "$dir/standby.log" -w start >/dev/null
+  bench_on_exit="sdp_as_postgres pg_ctl -D \"\$dir/standby\" -m immediate stop >/dev/null 2>&1; ${bench_on_exit:-}"
+  until [ "$(sql -c "SELECT active FROM pg_replication_slots WHERE slot_name = 'bench_standby'")" = t ]; do sleep 0.1; done
+fi
 now() { date +%s.%N; }
 cputicks() { awk '{sub(/^.*\) /, ""); print $12 + $13}' "/proc/$1/stat"; }  # utime + stime of PID (all threads)
 # the machine's busy and stolen ticks, summed over its cores: "BUSY STEAL"
@@ -106,6 +124,7 @@ for r in $(seq "$runs"); do topics+=("tput_out$r:8"); done
 for rate in $rates; do
   for r in $(seq "$rounds"); do
     topics+=("t${rate}_$r:4" "s${rate}_$r:4" "o${rate}_$r:4" "h${rate}_$r:4" "f${rate}_$r:4" "e${rate}_$r:4" "g${rate}_$r:4")
+    [ "${SINK_STANDBY:-0}" = 1 ] && topics+=("w${rate}_$r:4" "x${rate}_$r:4")
   done
 done
 bench_broker "${topics[@]}"
@@ -169,10 +188,11 @@ for rate in $rates; do
   hop2=0; [[ " ${SINK_HOP2_RATES:-1000 10000} " == *" $rate "* ]] && hop2=1
   for r in $(seq "$rounds"); do
     # the order of the kinds turns by round
-    kinds=(table sink); [ "$hop2" = 1 ] && kinds+=(hop2 eos)
+    kinds=(table sink); [ "${SINK_STANDBY:-0}" = 1 ] && kinds+=(standby); [ "$hop2" = 1 ] && kinds+=(hop2 eos)
     order=""; for i in "${!kinds[@]}"; do order+=" ${kinds[$(( (i + r - 1) % ${#kinds[@]} ))]}"; done
     for kind in $order; do
-      name="${kind:0:1}${rate}_$r"; intopic="${kind:0:1}${rate}_$r"
+      name="${kind:0:1}${rate}_$r"; [ "$kind" = standby ] && name="w${rate}_$r"
+      intopic=$name
       if [ "$kind" = hop2 ] || [ "$kind" = eos ]; then
         # the 2-hop floor: a pipe of its own (so the 1-hop floor stays a bare consumer), and its
         # consumer; eos: the pipe produces in Kafka transactions, read by a read_committed consumer
@@ -185,8 +205,10 @@ for rate in $rates; do
         wpid=$!
         while ! grep -q ready "$dir/pipe_$name.json" 2>/dev/null; do sleep 0.05; done
       else
-        if [ "$kind" = table ]; then o="out_$name"; else o="o${rate}_$r"; fi
-        make_flow "$kind" "$name" "$intopic" "$o" "4 seconds"
+        if [ "$kind" = table ]; then o="out_$name"; elif [ "$kind" = sink ]; then o="o${rate}_$r"; else o="x${rate}_$r"; fi
+        # the standby kind: the sink flow, its rows waiting for the standby's flush
+        [ "$kind" = standby ] && sql -c "ALTER SYSTEM SET sdp.standby_slots = 'bench_standby'" -c "SELECT pg_reload_conf()" >/dev/null
+        make_flow "$( [ "$kind" = table ] && echo table || echo sink)" "$name" "$intopic" "$o" "4 seconds"
         wait_running "$name"
         wait_relay "$name"
         wpid=$(sql -c "SELECT pid FROM sdp.flow_status WHERE flow = '$name'")
@@ -194,7 +216,7 @@ for rate in $rates; do
       tools/kafka_floor "${floor_options[@]}" --bootstrap "$boot" --topic "$intopic" --duration 13 --out "$dir/floor_$name.txt" > "$dir/floor_$name.json" &
       fpid=$!
       while ! grep -q ready "$dir/floor_$name.json" 2>/dev/null; do sleep 0.05; done
-      if [ "$kind" = sink ]; then
+      if [ "$kind" = sink ] || [ "$kind" = standby ]; then
         tools/kafka_floor "${floor_options[@]}" --bootstrap "$boot" --topic "$o" --duration 14 --payload-ts src_ts \
           -X isolation.level=read_committed --out "$dir/cons_$name.txt" > "$dir/cons_$name.json" &
         cpid=$!
@@ -234,10 +256,10 @@ for rate in $rates; do
         lo=$(echo "$hi - $len" | bc -l)
       fi
       read -r fp50 fp99 fn < <(pct "$dir/floor_$name.txt" "$lo" "$hi")
-      if [ "$kind" = sink ]; then
+      if [ "$kind" = sink ] || [ "$kind" = standby ]; then
         wait "$cpid"
         read -r sp50 sp99 sn < <(pct "$dir/cons_$name.txt" "$lo" "$hi")
-        label="sink $rate/s"
+        label="sink $rate/s"; [ "$kind" = standby ] && label="sink+standby $rate/s"
       fi
       if [ "$kind" = hop2 ] || [ "$kind" = eos ]; then
         read -r sp50 sp99 sn < <(pct "$dir/hop2_$name.txt" "$lo" "$hi")
@@ -259,10 +281,14 @@ for rate in $rates; do
         [ -n "$txns" ] && [ "$txns" -gt 0 ] && printf '  %-22s %-6s the pipe committed %d Kafka transactions, %.3f ms of its CPU each\n' "" "" "$txns" \
           "$(echo "$wcpu * 1000 / $ticks / $txns" | bc -l)"
       fi
-      [ "$kind" = sink ] && res[$kind$rate.c99]="${res[$kind$rate.c99]:-} $cp99"
-      if [ "$kind" = table ] || [ "$kind" = sink ]; then
+      if [ "$kind" = sink ] || [ "$kind" = standby ]; then
+        res[$kind$rate.c99]="${res[$kind$rate.c99]:-} $cp99"
+        res[$kind$rate.c50]="${res[$kind$rate.c50]:-} $cp50"
+      fi
+      if [ "$kind" = table ] || [ "$kind" = sink ] || [ "$kind" = standby ]; then
         sql -c "SELECT sdp_stop_flow('$name')" >/dev/null
-        drop_flow "$name" "$kind"
+        drop_flow "$name" "$( [ "$kind" = table ] && echo table || echo sink)"
+        [ "$kind" = standby ] && sql -c "ALTER SYSTEM RESET sdp.standby_slots" -c "SELECT pg_reload_conf()" >/dev/null
       fi
     done
   done
@@ -271,16 +297,21 @@ echo
 echo "Medians over the rounds (ms)"
 printf '  %-22s %9s %9s %9s %9s %11s %14s\n' "case" "P50" "P99" "floor P50" "floor P99" "P99 - floor" "sink commit P99"
 for rate in $rates; do
-  for kind in table sink hop2 eos; do
+  for kind in table sink standby hop2 eos; do
     [ -n "${res[$kind$rate.p99]:-}" ] || continue
-    label=$kind; [ "$kind" = hop2 ] && label="2-hop floor"; [ "$kind" = eos ] && label="2-hop txn floor"
+    label=$kind; [ "$kind" = hop2 ] && label="2-hop floor"; [ "$kind" = eos ] && label="2-hop txn floor"; [ "$kind" = standby ] && label="sink+standby"
     printf '  %-22s %9.3f %9.3f %9.3f %9.3f %11.3f %14s\n' "$label $rate/s" \
       "$(echo "${res[$kind$rate.p50]}" | median)" "$(echo "${res[$kind$rate.p99]}" | median)" \
       "$(echo "${res[$kind$rate.f50]}" | median)" "$(echo "${res[$kind$rate.f99]}" | median)" \
-      "$(echo "${res[$kind$rate.d]}" | median)" "$( [ "$kind" = sink ] && echo "${res[$kind$rate.c99]}" | median || echo -)"
+      "$(echo "${res[$kind$rate.d]}" | median)" "$( [ -n "${res[$kind$rate.c99]:-}" ] && echo "${res[$kind$rate.c99]}" | median || echo -)"
   done
 done
 for rate in $rates; do
+  [ -n "${res[standby$rate.p99]:-}" ] && printf '  %-22s sink+standby - sink (medians): to consumer P50 %+.3f, P99 %+.3f; to commit P50 %+.3f, P99 %+.3f\n' "sink $rate/s" \
+    "$(echo "$(echo "${res[standby$rate.p50]}" | median) - $(echo "${res[sink$rate.p50]}" | median)" | bc -l)" \
+    "$(echo "$(echo "${res[standby$rate.p99]}" | median) - $(echo "${res[sink$rate.p99]}" | median)" | bc -l)" \
+    "$(echo "$(echo "${res[standby$rate.c50]}" | median) - $(echo "${res[sink$rate.c50]}" | median)" | bc -l)" \
+    "$(echo "$(echo "${res[standby$rate.c99]}" | median) - $(echo "${res[sink$rate.c99]}" | median)" | bc -l)"
   [ -n "${res[hop2$rate.p99]:-}" ] && printf '  %-22s sink P99 - 2-hop floor P99 (medians): %.3f\n' "sink $rate/s" \
     "$(echo "$(echo "${res[sink$rate.p99]}" | median) - $(echo "${res[hop2$rate.p99]}" | median)" | bc -l)"
   [ -n "${res[eos$rate.p99]:-}" ] && printf '  %-22s sink P99 - 2-hop txn floor P99 (medians): %.3f\n' "sink $rate/s" \
