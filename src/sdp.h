@@ -26,7 +26,8 @@
  *	kafka/			librdkafka: every client (kafka_client.c), a flow's
  *					consumer (kafka_source.c), which properties and hosts a
  *					role may use (kafka_properties.c), a sink flow's outbox
- *					(outbox.c) and its relay to Kafka (relay.c),
+ *					(outbox.c) and its relay to Kafka (relay.c), the
+ *					standbys it waits for (standby_slots.c),
  *					sdp_partition_for_key (kafka_partitioner.c)
  *	stateful/		the operator interface (operator.c), its operators
  *					(operators/, named in registry.c), keyed state in shared
