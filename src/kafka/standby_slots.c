@@ -20,8 +20,8 @@
  * the walsender serving the slot sets it from each of the standby's replies
  * (PhysicalConfirmReceivedLocation, walsender.c), and the standby's WAL
  * receiver replies after each flush.  A promoted standby replays all the
- * WAL it has flushed before it ends recovery, so a commit below that
- * position is on it.  A slot that no standby has streamed from yet has no
+ * WAL it has flushed before it ends recovery, so a commit record that
+ * ends at or before that position is on it.  A slot that no standby has streamed from yet has no
  * position (or, created with its WAL reserved, the redo position of the
  * checkpoint before it, which a standby made from a later base backup has).
  *
