@@ -21,6 +21,7 @@ int			sdp_dead_letter_retention_s = 7 * SECS_PER_DAY;
 int			sdp_dead_letter_prune_interval_s = SECS_PER_MINUTE;
 int			sdp_max_workers_per_role = -1;
 int			sdp_max_objects_per_role = 100;
+int			sdp_stall_timeout_s = 30;
 char	   *sdp_standby_slots = NULL;
 
 /* The flow workers the flows of a role other than a superuser may run at once; 0: no bound. */

@@ -14,6 +14,7 @@ extern int	sdp_dead_letter_retention_s;
 extern int	sdp_dead_letter_prune_interval_s;
 extern int	sdp_max_workers_per_role;
 extern int	sdp_max_objects_per_role;
+extern int	sdp_stall_timeout_s;
 extern char *sdp_standby_slots;
 
 extern int	sdp_role_worker_quota(void);

@@ -164,6 +164,16 @@ sdp_define_gucs(void)
 							0,
 							NULL, NULL, NULL);
 
+	DefineCustomIntVariable("sdp.stall_timeout",
+							"How long a flow's worker may stay in one batch before the status shows it stalled.",
+							"A running worker that has not come back to its loop for this long shows 'stalled' in sdp.flow_status "
+							"and sdp.flow_workers, with the time in last_error. It changes what the status says, nothing else. 0: never.",
+							&sdp_stall_timeout_s,
+							30, 0, INT_MAX / 1000,
+							PGC_USERSET,
+							GUC_UNIT_S,
+							NULL, NULL, NULL);
+
 	DefineCustomStringVariable("sdp.allowed_hosts",
 							   "Broker hosts that the sources and sinks of roles other than superusers may name.",
 							   "A comma-separated list of host, host:port, [address]:port and *.domain entries, or * for any. "

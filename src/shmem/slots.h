@@ -114,6 +114,7 @@ typedef struct SdpSlotStats
 	uint64		rows_late;
 	uint64		batches;
 	TimestampTz last_commit_at;
+	TimestampTz alive_at;		/* the worker last passed its loop or a wait (sdp_worker_alive) */
 
 	bool		broker_ok;
 	char		broker_error[SDP_ERROR_LEN];

@@ -59,27 +59,59 @@ text_or_null(const char *s, bool *isnull)
 }
 
 /*
- * The kind of lock a running flow's worker is waiting for (e.g. "relation",
- * "transactionid"), or NULL when it is not waiting for one: a flow blocked
- * behind someone's lock shows 'waiting', not 'running'.  Reads the worker's
- * published wait event, as pg_stat_activity does.
+ * What holds a running worker up, when something does: the state the
+ * status shows instead of its own, and why.
  */
-static const char *
-worker_lock_wait(const SdpFlowSlot *copy)
+typedef struct Holdup
+{
+	const char *state;			/* "waiting" or "stalled"; NULL: nothing */
+	char	   *why;
+} Holdup;
+
+/*
+ * Whether a running flow's worker is held up: waiting for a lock (a flow
+ * blocked behind someone's lock shows 'waiting', not 'running': the
+ * worker's published wait event, read as pg_stat_activity does), or in one
+ * batch for longer than sdp.stall_timeout ('stalled': a slow transform, or
+ * a call that does not return; the worker stamps alive_at each time it
+ * passes its loop or a wait of its own).
+ */
+static bool
+worker_held_up(const SdpFlowSlot *copy, TimestampTz now, Holdup *h)
 {
 	PGPROC	   *proc;
 	uint32		wait_event_info;
+	TimestampTz since;
 
+	h->state = NULL;
+	h->why = NULL;
 	if (copy->ctl.pid == 0 ||
 		(copy->ctl.state != SDP_FLOW_RUNNING && copy->ctl.state != SDP_FLOW_RETRYING))
-		return NULL;
+		return false;
 	proc = BackendPidGetProc(copy->ctl.pid);
 	if (proc == NULL)
-		return NULL;
+		return false;
 	wait_event_info = *(volatile uint32 *) &proc->wait_event_info;
-	if ((wait_event_info & 0xFF000000) != PG_WAIT_LOCK)
-		return NULL;
-	return pgstat_get_wait_event(wait_event_info);
+	if ((wait_event_info & 0xFF000000) == PG_WAIT_LOCK)
+	{
+		h->state = "waiting";
+		h->why = psprintf("waiting for a lock (%s)", pgstat_get_wait_event(wait_event_info));
+		return true;
+	}
+
+	/* a worker of an earlier start may have left its stamp: the start counts */
+	since = Max(copy->stats.alive_at, copy->ctl.started_at);
+	if (copy->ctl.state == SDP_FLOW_RUNNING && sdp_stall_timeout_s > 0 && since != 0 &&
+		now - since >= (int64) sdp_stall_timeout_s * USECS_PER_SEC)
+	{
+		h->state = "stalled";
+		h->why = psprintf("the worker has been in one batch for %lld s, past sdp.stall_timeout (%d s): "
+						  "a slow transform, handler or trigger, or a call that does not return "
+						  "(pg_stat_activity shows what it runs; sdp_stop_flow stops it at its next interrupt check)",
+						  (long long) ((now - since) / USECS_PER_SEC), sdp_stall_timeout_s);
+		return true;
+	}
+	return false;
 }
 
 /*
@@ -241,9 +273,9 @@ flows_with_slots(void)
  * starting, running.
  */
 static int
-state_rank(SdpFlowState state, bool lock_wait)
+state_rank(SdpFlowState state, bool held_up)
 {
-	if (lock_wait)
+	if (held_up)
 		return 5;
 	switch (state)
 	{
@@ -265,13 +297,16 @@ state_rank(SdpFlowState state, bool lock_wait)
 	return 0;
 }
 
-/* A worker's error text, as the current role may read it (as in pg_stat_activity). */
+/*
+ * A worker's error text, as the current role may read it (as in
+ * pg_stat_activity); what holds it up when it has none.
+ */
 static Datum
-error_text(const SdpFlowSlot *copy, const char *lock_wait, bool *isnull)
+error_text(const SdpFlowSlot *copy, const Holdup *h, bool *isnull)
 {
 	*isnull = false;
-	if (lock_wait && copy->ctl.last_error[0] == '\0')
-		return CStringGetTextDatum(psprintf("waiting for a lock (%s)", lock_wait));
+	if (h != NULL && h->state != NULL && copy->ctl.last_error[0] == '\0')
+		return CStringGetTextDatum(h->why);
 	if (copy->ctl.last_error[0] != '\0' && !may_read_flow_errors(copy->ctl.owner))
 		return CStringGetTextDatum(SDP_INSUFFICIENT_PRIVILEGE);
 	return text_or_null(copy->ctl.last_error, isnull);
@@ -300,6 +335,7 @@ sdp_flow_runtime(PG_FUNCTION_ARGS)
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	List	   *names;
 	ListCell   *lc;
+	TimestampTz now = GetCurrentTimestamp();
 
 	sdp_require_shmem();
 	InitMaterializedSRF(fcinfo, 0);
@@ -317,7 +353,7 @@ sdp_flow_runtime(PG_FUNCTION_ARGS)
 		SdpFlowSlot *worst = NULL;
 		SdpFlowSlot *err = NULL;
 		SdpFlowSlot *broker = NULL;
-		const char *worst_lock = NULL;
+		Holdup		worst_holdup = {NULL, NULL};
 		int			worst_rank = -1;
 		pid_t		pid = 0;
 		uint64		messages_read = 0,
@@ -346,14 +382,14 @@ sdp_flow_runtime(PG_FUNCTION_ARGS)
 		for (int k = 0; k < fs.n; k++)
 		{
 			SdpFlowSlot *c = fs.slots[k];
-			const char *lock_wait = worker_lock_wait(c);
-			int			rank = state_rank(c->ctl.state, lock_wait != NULL);
+			Holdup		h;
+			int			rank = state_rank(c->ctl.state, worker_held_up(c, now, &h));
 
 			if (rank > worst_rank)
 			{
 				worst_rank = rank;
 				worst = c;
-				worst_lock = lock_wait;
+				worst_holdup = h;
 			}
 			if (pid == 0)
 				pid = c->ctl.pid;
@@ -386,12 +422,12 @@ sdp_flow_runtime(PG_FUNCTION_ARGS)
 				err = c;
 		}
 		/* the error of the worker in the worst state, if it has one; else the latest */
-		if (worst->ctl.last_error[0] != '\0' || worst_lock != NULL)
+		if (worst->ctl.last_error[0] != '\0' || worst_holdup.state != NULL)
 			err = worst;
 
 		memset(nulls, 0, sizeof(nulls));
 		values[i++] = CStringGetTextDatum(worst->name);
-		values[i++] = CStringGetTextDatum(worst_lock ? "waiting" : sdp_flow_state_name(worst->ctl.state));
+		values[i++] = CStringGetTextDatum(worst_holdup.state ? worst_holdup.state : sdp_flow_state_name(worst->ctl.state));
 		values[i] = Int32GetDatum(pid);
 		nulls[i++] = (pid == 0);
 		values[i++] = Int64GetDatum(messages_read);
@@ -408,7 +444,7 @@ sdp_flow_runtime(PG_FUNCTION_ARGS)
 		values[i] = timestamp_or_null(broker ? broker->stats.broker_error_at : 0, &nulls[i]);
 		i++;
 		if (err != NULL)
-			values[i] = error_text(err, err == worst ? worst_lock : NULL, &nulls[i]);
+			values[i] = error_text(err, err == worst ? &worst_holdup : NULL, &nulls[i]);
 		else
 			nulls[i] = true;
 		i++;
@@ -447,6 +483,7 @@ sdp_flow_worker_runtime(PG_FUNCTION_ARGS)
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	List	   *names;
 	ListCell   *lc;
+	TimestampTz now = GetCurrentTimestamp();
 
 	sdp_require_shmem();
 	InitMaterializedSRF(fcinfo, 0);
@@ -466,7 +503,7 @@ sdp_flow_worker_runtime(PG_FUNCTION_ARGS)
 		for (int k = 0; k < fs.n; k++)
 		{
 			SdpFlowSlot *c = fs.slots[k];
-			const char *lock_wait = worker_lock_wait(c);
+			Holdup		h;
 			Datum		values[WORKER_COLS];
 			bool		nulls[WORKER_COLS];
 			Datum	   *parts = palloc(sizeof(Datum) * Max(c->stats.npartitions, 1));
@@ -483,11 +520,12 @@ sdp_flow_worker_runtime(PG_FUNCTION_ARGS)
 					lag += Max(c->stats.partitions[p].high_watermark - c->stats.partitions[p].committed, 0);
 			}
 
+			(void) worker_held_up(c, now, &h);
 			memset(nulls, 0, sizeof(nulls));
 			values[i++] = CStringGetTextDatum(c->name);
 			values[i++] = Int32GetDatum(c->worker_no);
 			values[i++] = Int32GetDatum(c->nworkers);
-			values[i++] = CStringGetTextDatum(lock_wait ? "waiting" : sdp_flow_state_name(c->ctl.state));
+			values[i++] = CStringGetTextDatum(h.state ? h.state : sdp_flow_state_name(c->ctl.state));
 			values[i] = Int32GetDatum(c->ctl.pid);
 			nulls[i++] = (c->ctl.pid == 0);
 			values[i++] = PointerGetDatum(construct_array(parts, c->stats.npartitions, INT4OID, 4, true, TYPALIGN_INT));
@@ -499,7 +537,7 @@ sdp_flow_worker_runtime(PG_FUNCTION_ARGS)
 			values[i++] = Int64GetDatum(c->stats.batches);
 			values[i] = timestamp_or_null(c->stats.last_commit_at, &nulls[i]);
 			i++;
-			values[i] = error_text(c, lock_wait, &nulls[i]);
+			values[i] = error_text(c, &h, &nulls[i]);
 			i++;
 			values[i] = timestamp_or_null(c->ctl.last_error_at, &nulls[i]);
 			i++;

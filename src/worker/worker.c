@@ -1101,6 +1101,7 @@ worker_loop(FlowWorker *w)
 		int			n;
 
 		CHECK_FOR_INTERRUPTS();
+		sdp_worker_alive(w);
 		sdp_worker_check_stop_request(w);
 		if (sdp_skips_changed(w))
 			sdp_skips_reload(w);

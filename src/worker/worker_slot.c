@@ -63,6 +63,26 @@ sdp_worker_set_broker(FlowWorker *w, bool ok, const char *error)
 }
 
 /*
+ * The worker is alive: it passed its loop, or waits for something it says
+ * (sdp_worker_wait).  Published at most once a second, for the status: a
+ * worker whose alive_at falls behind by sdp.stall_timeout is in one batch
+ * that long, and shows 'stalled' instead of 'running' (status.c).
+ */
+void
+sdp_worker_alive(FlowWorker *w)
+{
+	static TimestampTz published = 0;
+	TimestampTz now = GetCurrentTimestamp();
+
+	if (now - published < USECS_PER_SEC)
+		return;
+	published = now;
+	SDP_SLOT_STATS_BEGIN_WRITE(w->slot);
+	w->slot->stats.alive_at = now;
+	SDP_SLOT_STATS_END_WRITE(w->slot);
+}
+
+/*
  * The worker cannot go on until its source's brokers answer (what: what it
  * cannot do; error: why): the flow is retrying, with the reason in the
  * status, and in the log when the wait starts and every minute it lasts;
@@ -127,6 +147,7 @@ sdp_worker_wait(FlowWorker *w, long timeout_ms)
 					 timeout_ms, PG_WAIT_EXTENSION);
 	ResetLatch(MyLatch);
 	CHECK_FOR_INTERRUPTS();
+	sdp_worker_alive(w);
 	/* a reload during a backoff, a restore or a broker wait applies now, not after it */
 	if (ConfigReloadPending)
 	{

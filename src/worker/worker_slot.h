@@ -16,6 +16,7 @@ extern void sdp_worker_set_state(FlowWorker *w, SdpFlowState state, bool clear_e
 extern void sdp_worker_report_refused_host(FlowWorker *w);
 extern void sdp_worker_publish_committed(FlowWorker *w);
 extern void sdp_worker_publish_high_watermarks(FlowWorker *w);
+extern void sdp_worker_alive(FlowWorker *w);
 extern void sdp_worker_wait(FlowWorker *w, long timeout_ms);
 extern void sdp_worker_wait_for_broker(FlowWorker *w, const char *what, const char *error);
 extern void sdp_worker_broker_answered(FlowWorker *w);

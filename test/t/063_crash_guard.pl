@@ -40,6 +40,21 @@ my $log_start = -s $node->logfile;
 for my $death (1, 2)
 {
 	my $pid = sleeping_worker();
+	if ($death == 1)
+	{
+		# a worker pinned in one batch is not shown running: past
+		# sdp.stall_timeout (the reader's setting) it is stalled, with the time
+		SdpTest::query($node, "ALTER DATABASE postgres SET sdp.stall_timeout = '1s'");
+		ok($node->poll_query_until('postgres', <<'SQL'), 'the pinned worker shows stalled past sdp.stall_timeout');
+SELECT state = 'stalled' AND last_error ~ '^the worker has been in one batch for [0-9]+ s, past sdp.stall_timeout \(1 s\)'
+  FROM sdp.flow_status WHERE flow = 'poisoned'
+SQL
+		is(SdpTest::query($node, "SELECT state || ' ' || (last_error IS NOT NULL) FROM sdp.flow_workers WHERE flow = 'poisoned'"),
+			'stalled true', 'and so does its row in sdp.flow_workers');
+		SdpTest::query($node, 'ALTER DATABASE postgres RESET sdp.stall_timeout');
+		is(SdpTest::query($node, "SET sdp.stall_timeout = 0; SELECT state || ' ' || coalesce(last_error, '<null>') FROM sdp.flow_status WHERE flow = 'poisoned'"),
+			'running <null>', 'sdp.stall_timeout = 0: running');
+	}
 	my $offset = -s $node->logfile;
 	kill 'SEGV', $pid;
 	ok($node->wait_for_log(qr/background worker "sdp flow" \(PID $pid\) was terminated by signal 11/, $offset),
