@@ -14,7 +14,10 @@
 #   drain      one worker drains a backlog of EVENTS positions (8 partitions:
 #              the embedded broker keeps about 5 MiB per partition),
 #              timed from its first message read to its last: events/s and
-#              the worker's CPU per 1,000 events (user + system, /proc)
+#              the worker's CPU per 1,000 events (user + system, /proc);
+#              beside them COPY's reference: the backend's CPU per 1,000
+#              rows to COPY the same positions (icao24, lat, lon, written
+#              once by a stateless flow) into a plain table
 #   rate R     positions produced at R events/s for RATE_SECONDS while the
 #              flow runs: the worker's CPU per 1,000 events, and the e2e
 #              latency P50/P99 of the flow's own progress report (Kafka
@@ -127,13 +130,26 @@ at_rate() {
   echo "$(echo "($c1 - $c0) * 1000000 / $ticks / $sent" | bc -l) $p"
 }
 
+# COPY's reference: the positions, as the flows read them, in a plain table
+sql >/dev/null <<SQL
+CREATE TABLE pos_rows (icao24 text, lat float8, lon float8);
+SELECT sdp_create_flow('pos_rows', source => 'pos', target => 'pos_rows', schema => 'icao24 text, lat float8, lon float8');
+SQL
+until [ "$(sql -c "SELECT count(*) >= $n FROM pos_rows")" = t ]; do sleep 0.1; done
+sql -c "SELECT sdp_drop_flow('pos_rows')" >/dev/null
+until [ "$(sql -c "SELECT count(*) FROM sdp.flow_workers")" = 0 ]; do sleep 0.1; done
+
 declare -A d_rate d_cpu r_cpu r_p50 r_p99
+copy_ms=""
 for i in $(seq "$runs"); do
   for kind in builtin processor; do
     read -r r c <<<"$(drain "$kind")"
     d_rate[$kind]="${d_rate[$kind]:-} $r"; d_cpu[$kind]="${d_cpu[$kind]:-} $c"
     sdp_log "drain run $i $kind: $(printf '%.0f events/s, %.2f ms per 1,000 events' "$r" "$c")"
   done
+  c=$(copy_cpu pos_rows | awk '{print $1}')
+  copy_ms="$copy_ms $c"
+  sdp_log "drain run $i COPY: $(printf '%.2f ms per 1,000 rows' "$c")"
 done
 for rate in $rates; do
   for i in $(seq "$runs"); do
@@ -157,7 +173,11 @@ for kind in builtin processor; do
   done
   printf '\n'
 done
+printf '%-10s %12s %10.3f\n' COPY - "$(echo "$copy_ms" | median)"
 ratio=$(echo "$(echo "${d_cpu[processor]}" | median) / $(echo "${d_cpu[builtin]}" | median)" | bc -l)
+printf 'drain CPU per event: builtin x%.2f COPY, processor x%.2f COPY\n' \
+  "$(echo "$(echo "${d_cpu[builtin]}" | median) / $(echo "$copy_ms" | median)" | bc -l)" \
+  "$(echo "$(echo "${d_cpu[processor]}" | median) / $(echo "$copy_ms" | median)" | bc -l)"
 first=${rates%% *}
 printf 'processor: CPU x%.2f drain %.0f P99@%s %s vs %s\n' "$ratio" "$(echo "${d_rate[processor]}" | median)" "$first" \
   "$(echo "${r_p99[processor.$first]}" | median)" "$(echo "${r_p99[builtin.$first]}" | median)"
