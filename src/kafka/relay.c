@@ -805,7 +805,12 @@ relay_message_seq(KafkaRelay *r, rd_kafka_message_t *m, int64 *seq_out)
  * (the tail) and then by absolute offsets below the first one read, so
  * that no watermark query is needed: rd_kafka_query_watermark_offsets
  * does not keep its timeout when the broker goes away while it waits.
- * Every wait here is a poll of at most 100 ms, within a deadline.
+ * Every wait here is a poll of at most 100 ms, within a deadline that each
+ * message further into the window moves on: a window's end is a fixed
+ * offset, so a read that goes on making progress ends, however slow the
+ * broker (the embedded broker answers a fetch with one produce batch, and
+ * a window of transactions of a few rows each took longer than one
+ * deadline on a loaded machine); one that stops making progress times out.
  */
 static bool
 readback_partition(KafkaRelay *r, rd_kafka_t *reader, int32 p, int64 *last, char **error)
@@ -818,6 +823,7 @@ readback_partition(KafkaRelay *r, rd_kafka_t *reader, int32 p, int64 *last, char
 		rd_kafka_topic_partition_list_t *list = rd_kafka_topic_partition_list_new(1);
 		TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), 3 * RELAY_TIMEOUT_MS);
 		int64		first = -1;	/* the lowest offset read in this window */
+		int64		furthest = -1;	/* the highest */
 		int64		stable_at = -1; /* the tail window: read up to here */
 		int64		eof_at = -1;	/* where the reader last found the partition's (stable) end */
 		bool		done = false;
@@ -888,6 +894,11 @@ readback_partition(KafkaRelay *r, rd_kafka_t *reader, int32 p, int64 *last, char
 
 				if (first < 0 || m->offset < first)
 					first = m->offset;
+				if (m->offset > furthest)
+				{
+					furthest = m->offset;
+					deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), 3 * RELAY_TIMEOUT_MS);
+				}
 				/*
 				 * The tail window ends at the high watermark that the fetch
 				 * bringing its first message saw: while another relay (another
