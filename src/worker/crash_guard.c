@@ -11,7 +11,7 @@
  * loop either.
  *
  * The worker installs, at its start, handlers for the signals of a fault
- * (SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT), on an alternate stack so that
+ * (SIGSEGV, SIGBUS, SIGILL, SIGABRT), on an alternate stack so that
  * a stack overflow is caught too.  The handler writes one record into the
  * file sdp_ext/crash.<flow id>.<worker number> of the data directory (with
  * open, write and close only: async-signal-safe) and raises the signal
@@ -21,7 +21,8 @@
  * signal, the worker's committed offsets when it died (the messages it was
  * reading start there), and how many times in a row the worker has died at
  * those offsets: the previous record's count plus one when the offsets are
- * the same, else one.
+ * the same and it died within CRASH_LOOP_WINDOW_S of this death, else one
+ * (an idle flow's worker that dies twice, days apart, is not in a loop).
  *
  * At its next start the worker reads the record (sdp_crash_guard_check):
  * at a count of two, the flow fails with the signal and the offsets in its
@@ -35,6 +36,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/file_perm.h"
@@ -48,6 +50,7 @@
 #define CRASH_MAGIC			0x53445043	/* "SDPC" */
 #define CRASH_MAX_PARTS		128 /* offsets recorded: the worker's first partitions */
 #define CRASH_ALTSTACK_SIZE (256 * 1024)
+#define CRASH_LOOP_WINDOW_S 600		/* deaths further apart are not a loop */
 
 /* What the handler writes: plain data, fixed size. */
 typedef struct CrashRecord
@@ -58,6 +61,7 @@ typedef struct CrashRecord
 	int64		flow_id;
 	int32		worker_no;
 	int32		count;			/* deaths in a row at these offsets */
+	int64		died_at;		/* CLOCK_REALTIME seconds */
 	int32		nparts;
 	int32		parts[CRASH_MAX_PARTS];
 	int64		next[CRASH_MAX_PARTS];
@@ -68,7 +72,12 @@ static FlowWorker *guarded = NULL;
 static char crash_path[MAXPGPATH];
 static CrashRecord previous;	/* the last record of this worker, or zeroes */
 static CrashRecord current;
-static const int fault_signals[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT};
+/*
+ * Not SIGFPE: PostgreSQL's background workers handle it
+ * (FloatExceptionHandler), as an ERROR (22P01) of the batch, which is a
+ * message's fault and dead-lettered, not a death.
+ */
+static const int fault_signals[] = {SIGSEGV, SIGBUS, SIGILL, SIGABRT};
 
 /* The worker's partitions and committed offsets into r (plain loads: in a signal handler). */
 static void
@@ -120,7 +129,13 @@ crash_guard_handler(int signo)
 		current.flow_id = guarded->args.flow_id;
 		current.worker_no = guarded->args.worker_no;
 		record_offsets(&current, guarded);
-		current.count = (previous.magic == CRASH_MAGIC && same_offsets(&previous, &current))
+		{
+			struct timespec ts;
+
+			current.died_at = clock_gettime(CLOCK_REALTIME, &ts) == 0 ? (int64) ts.tv_sec : 0;
+		}
+		current.count = (previous.magic == CRASH_MAGIC && same_offsets(&previous, &current) &&
+						 current.died_at - previous.died_at <= CRASH_LOOP_WINDOW_S)
 			? previous.count + 1 : 1;
 		fd = open(crash_path, O_WRONLY | O_CREAT | O_TRUNC, pg_file_create_mode);
 		if (fd >= 0)
