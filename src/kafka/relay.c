@@ -1523,6 +1523,13 @@ kafka_relay_waits_for_standbys(KafkaRelay *r)
 	return r->drain_waits;
 }
 
+/* Whether they wait for a named slot that will not advance (missing, logical, invalidated). */
+bool
+kafka_relay_standby_broken(KafkaRelay *r)
+{
+	return r->drain_waits && r->standby_broken;
+}
+
 /*
  * Whether a newer producer with the relay's transactional.id fenced it.
  * The flow then fails (worker_relay): on one server the launcher never

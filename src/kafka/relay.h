@@ -30,6 +30,7 @@ extern bool kafka_relay_fenced(KafkaRelay *r);
 extern TimestampTz kafka_relay_ack_deadline(KafkaRelay *r);
 extern bool kafka_relay_holds_for_standbys(KafkaRelay *r);
 extern bool kafka_relay_waits_for_standbys(KafkaRelay *r);
+extern bool kafka_relay_standby_broken(KafkaRelay *r);
 extern int	kafka_relay_event_fd(KafkaRelay *r);
 extern void kafka_relay_serve(KafkaRelay *r);
 extern void kafka_relay_delete_in_batch(KafkaRelay *r);

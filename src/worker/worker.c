@@ -942,7 +942,15 @@ worker_relay(FlowWorker *w)
 					 errhint("A sink flow's rows are produced once the standbys of the replication slots named in sdp.standby_slots (or synchronized_standby_slots) have flushed them.")));
 			loop.standby_logged = now;
 		}
-		loop.relay_backoff_ms = SDP_STANDBY_RECHECK_MS;
+		/*
+		 * A standby behind is looked at again within milliseconds; a slot
+		 * that will not advance (missing, logical, invalidated) less and
+		 * less often, up to a second (a reload or a new slot is seen then)
+		 */
+		if (kafka_relay_standby_broken(w->relay))
+			loop.relay_backoff_ms = Min(Max(loop.relay_backoff_ms * 2, SDP_STANDBY_RECHECK_MS), 1000);
+		else
+			loop.relay_backoff_ms = SDP_STANDBY_RECHECK_MS;
 		sdp_worker_set_error(w, error);
 		sdp_worker_set_state(w, SDP_FLOW_RETRYING, false);
 	}
