@@ -55,7 +55,10 @@
 #include <google/protobuf/descriptor_database.h>
 #include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
-#include <google/protobuf/stubs/logging.h>
+#include <google/protobuf/stubs/common.h>
+#if GOOGLE_PROTOBUF_VERSION < 4022000
+#include <google/protobuf/stubs/logging.h>	/* SetLogHandler: gone in 22 (Abseil logs) */
+#endif
 
 namespace pb = google::protobuf;
 
@@ -1197,7 +1200,9 @@ quiet_libprotobuf(void)
 
 	if (!quiet)
 	{
+#if GOOGLE_PROTOBUF_VERSION < 4022000
 		pb::SetLogHandler([](pb::LogLevel, const char *, int, const std::string &) {});
+#endif
 		quiet = true;
 	}
 }
