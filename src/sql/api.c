@@ -216,11 +216,18 @@ lock_current_role(const char *what)
 	LockSharedObject(AuthIdRelationId, role, 1, ExclusiveLock);
 	/* sinks: from 0.4 (the library may run over an older catalog until ALTER EXTENSION UPDATE) */
 	has_sinks = OidIsValid(get_relname_relid("sinks", get_namespace_oid(SDP_SCHEMA, false)));
+	/*
+	 * Counted in a snapshot taken now, after the lock: the statement's was
+	 * taken before it, and would miss what a declaration of the role that
+	 * held the lock committed (in any isolation level).
+	 */
+	PushActiveSnapshot(GetLatestSnapshot());
 	sdp_catalog_execute(psprintf("SELECT (SELECT count(*) FROM sdp.sources WHERE %s = $1)"
 								 "     + (SELECT count(*) FROM sdp.flows WHERE %s = $1)%s",
 								 sdp_owner_oid_sql("owner"), sdp_owner_oid_sql("owner"),
 								 has_sinks ? " + (SELECT count(*) FROM sdp.sinks WHERE owner::pg_catalog.oid = $1)" : ""),
 						1, argtypes, values, NULL, true);
+	PopActiveSnapshot();
 	owned = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	if (owned >= sdp_max_objects_per_role)
 		ereport(ERROR,

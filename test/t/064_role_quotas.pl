@@ -71,13 +71,32 @@ ok(SdpTest::wait_for($node, "SELECT count(*) = 4 FROM sdp.flow_status WHERE stat
 # declarations: at most sdp.max_objects_per_role sources, sinks and flows (lucy has 4)
 SdpTest::query($node, "ALTER SYSTEM SET sdp.max_objects_per_role = 5; SELECT pg_reload_conf()");
 ok(SdpTest::wait_for($node, "SELECT current_setting('sdp.max_objects_per_role') = '5'"), 'sdp.max_objects_per_role = 5');
-($ret, $out, $err) = $node->psql('postgres', "SET ROLE lucy; SELECT sdp_create_sink('lucy_sink', '$boot', 'out')",
-	extra_params => [ '-v', 'VERBOSITY=verbose' ]);
-is($ret, 0, 'a fifth object (a sink): declared');
-($ret, $out, $err) = $node->psql('postgres', "SET ROLE lucy; SELECT sdp_create_source('lucy_src2', '$boot', 'one')",
-	extra_params => [ '-v', 'VERBOSITY=verbose' ]);
-like($err, qr/53400: role "lucy" owns 5 sources, sinks and flows, and may own at most 5: no new source/, 'a sixth: refused (53400)');
-like($err, qr/HINT:  Drop one the role no longer needs, or have a superuser raise sdp.max_objects_per_role/, 'with a hint');
+# the fifth declared in a transaction still open, the sixth in another
+# session meanwhile (repeatable read: its snapshot older than the fifth's
+# commit): it waits for the fifth's transaction, then counts it
+my ($in1, $out1, $err1, $in2, $out2, $err2) = ('', '', '', '', '', '');
+my $psql = [ 'psql', '-X', '-q', '-v', 'ON_ERROR_STOP=1', '-v', 'VERBOSITY=verbose', '-d', $node->connstr('postgres') ];
+my $fifth = IPC::Run::start($psql, '<', \$in1, '>', \$out1, '2>', \$err1);
+$in1 .= "BEGIN; SET ROLE lucy; SELECT sdp_create_sink('lucy_sink', '$boot', 'out');\n";
+$fifth->pump_nb;
+ok($node->poll_query_until('postgres',
+		"SELECT count(*) = 1 FROM pg_stat_activity WHERE state = 'idle in transaction' AND query LIKE '%lucy_sink%'"),
+	'a fifth object (a sink) declared in a transaction not yet committed');
+my $sixth = IPC::Run::start($psql, '<', \$in2, '>', \$out2, '2>', \$err2);
+$in2 .= "SET default_transaction_isolation = 'repeatable read'; SET ROLE lucy; SELECT sdp_create_source('lucy_src2', '$boot', 'one');\n\\q\n";
+$sixth->pump_nb;
+ok($node->poll_query_until('postgres',
+		"SELECT count(*) = 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%lucy_src2%'"),
+	'a sixth, declared meanwhile in another session, waits for it');
+$in1 .= "COMMIT;\n\\q\n";
+$fifth->finish;
+$sixth->finish;
+is($err1, '', 'the fifth: declared');
+like($err2, qr/53400: role "lucy" owns 5 sources, sinks and flows, and may own at most 5: no new source/,
+	'the sixth: refused once the fifth committed (53400)');
+is(SdpTest::query($node, "SELECT (SELECT count(*) FROM sdp.sinks WHERE name = 'lucy_sink') || ' ' || (SELECT count(*) FROM sdp.sources WHERE name = 'lucy_src2')"),
+	'1 0', 'the fifth is there, the sixth is not');
+like($err2, qr/HINT:  Drop one the role no longer needs, or have a superuser raise sdp.max_objects_per_role/, 'with a hint');
 ($ret, $out, $err) = $node->psql('postgres', "SET ROLE lucy; SELECT sdp_create_flow('lucy5', 'lucy_src', 'l3', 'seq bigint', options => '{\"mode\": \"append\"}')",
 	extra_params => [ '-v', 'VERBOSITY=verbose' ]);
 like($err, qr/53400: role "lucy" owns 5 sources, sinks and flows, and may own at most 5: no new flow/, 'a flow too');
