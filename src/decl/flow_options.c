@@ -9,6 +9,7 @@
 #include "decl/flow_options.h"
 #include "compat.h"
 
+#include "common/hashfn.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/datetime.h"
@@ -769,4 +770,18 @@ sdp_enter_search_path(const char *search_path)
 		(void) set_config_option("search_path", search_path, PGC_USERSET, PGC_S_SESSION,
 								 GUC_ACTION_SAVE, true, 0, false);
 	return level;
+}
+
+/*
+ * A hash of a flow's operator options (sdp_parse_flow_options builds them
+ * alike from alike options): a worker publishes the one it runs with, and
+ * sdp_flow_state reads the state of its stores only when it equals the
+ * catalog's (sdp_alter_flow commits before the worker restarts with them).
+ */
+uint32
+sdp_operator_options_hash(const Jsonb *options)
+{
+	if (options == NULL)
+		return 0;
+	return hash_bytes((const unsigned char *) options, VARSIZE(options));
 }

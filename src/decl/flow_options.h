@@ -9,6 +9,7 @@
 #include "decl/flow.h"
 
 extern void sdp_parse_flow_options(Jsonb *options, SdpFlowOptions *opts);
+extern uint32 sdp_operator_options_hash(const Jsonb *options);
 extern void sdp_parse_source_options(Jsonb *options, SdpSourceDef *source);
 extern bool sdp_source_format_option(const char *key);
 extern void sdp_parse_sink_options(Jsonb *options, SdpSinkDef *sink);

@@ -125,6 +125,7 @@ typedef struct SdpSlotStats
 	/* stateful flows: where their state store is, and how it is doing */
 	uint32		state_area;		/* dsa_handle, 0 when none */
 	uint64		state_table;	/* dshash_table_handle */
+	uint32		state_options;	/* sdp_operator_options_hash of the options the operator runs with */
 	uint64		state_bytes;
 	uint64		timers_fired;
 	TimestampTz last_checkpoint_at;

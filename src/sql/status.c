@@ -889,6 +889,9 @@ sdp_flow_state(PG_FUNCTION_ARGS)
 	int			s;
 	Jsonb	   *options = NULL;
 	void	  **readers;
+	bool	   *same_options;
+	SdpOperator no_reader;
+	bool		noticed = false;
 
 	sdp_require_shmem();
 	InitMaterializedSRF(fcinfo, 0);
@@ -929,6 +932,7 @@ sdp_flow_state(PG_FUNCTION_ARGS)
 	/* every worker's store: each holds the keys of its partitions */
 	areas = palloc(sizeof(dsa_handle) * SdpShmem->max_flows);
 	tables = palloc(sizeof(dshash_table_handle) * SdpShmem->max_flows);
+	same_options = palloc(sizeof(bool) * SdpShmem->max_flows);
 	LWLockAcquire(SdpShmem->lock, LW_SHARED);
 	for (s = sdp_slot_next(name, -1); s >= 0; s = sdp_slot_next(name, s))
 	{
@@ -936,6 +940,7 @@ sdp_flow_state(PG_FUNCTION_ARGS)
 		if (copy->stats.state_area != 0)
 		{
 			areas[nstores] = (dsa_handle) copy->stats.state_area;
+			same_options[nstores] = copy->stats.state_options == sdp_operator_options_hash(options);
 			tables[nstores++] = (dshash_table_handle) copy->stats.state_table;
 		}
 	}
@@ -945,9 +950,26 @@ sdp_flow_state(PG_FUNCTION_ARGS)
 	readers = palloc0(sizeof(void *) * Max(nstores, 1));
 	for (int i = 0; i < nstores; i++)
 	{
-		List	   *copies = copy_state(areas[i], tables[i], cxt, op, options, &readers[i]);
+		/*
+		 * The operator's own state of keys is read by the options its worker
+		 * runs with: until a worker restarts with altered ones (the catalog's
+		 * now), it is not read by the catalog's.
+		 */
+		const SdpOperator *reading = (same_options[i] || op->reader_begin == NULL) ? op : &no_reader;
+		List	   *copies;
 		ListCell   *cc;
 
+		if (reading == &no_reader)
+		{
+			no_reader = *op;
+			no_reader.reader_begin = NULL;
+			if (!noticed)
+				ereport(NOTICE,
+						(errmsg("flow \"%s\" restarts with its altered options: the state of its %s's own variables shows once it has",
+								name, op->name)));
+			noticed = true;
+		}
+		copies = copy_state(areas[i], tables[i], cxt, reading, options, &readers[i]);
 		foreach(cc, copies)
 			((StateCopy *) lfirst(cc))->store = i;
 		states = list_concat(states, copies);

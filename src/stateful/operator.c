@@ -165,6 +165,39 @@ sdp_operator_index_timer(SdpOperatorContext *ctx, const char *key, const SdpTime
 	b->head = n;
 }
 
+/*
+ * Take a node of a timer out of the index again (an undone registration):
+ * one of the key's nodes of that time, kind and tag, and the bucket when it
+ * is left empty.  The buckets being fired are out of the hash already, so
+ * a node of those is never touched here.
+ */
+void
+sdp_operator_unindex_timer(SdpOperatorContext *ctx, const char *key, const SdpTimer *timer)
+{
+	TimerBucket *b = hash_search(ctx->timer_buckets[timer->kind], &timer->when, HASH_FIND, NULL);
+
+	if (b == NULL)
+		return;
+	for (TimerNode **p = &b->head; *p != NULL; p = &(*p)->next)
+	{
+		TimerNode  *n = *p;
+
+		if (n->timer.tag == timer->tag && strcmp(n->key, key) == 0)
+		{
+			*p = n->next;
+			pfree(n);
+			break;
+		}
+	}
+	if (b->head == NULL)
+	{
+		TimestampTz when = b->when;
+
+		pairingheap_remove(ctx->timers[timer->kind], &b->node);
+		(void) hash_search(ctx->timer_buckets[timer->kind], &when, HASH_REMOVE, NULL);
+	}
+}
+
 void
 sdp_timer_register(SdpOperatorContext *ctx, SdpKeyState *key, SdpTimeKind kind,
 				   TimestampTz when, int64 tag)

@@ -244,6 +244,7 @@ sdp_event_time_usable(TimestampTz t)
 }
 extern void sdp_operator_index_timers(SdpOperatorContext *ctx);
 extern void sdp_operator_index_timer(SdpOperatorContext *ctx, const char *store_key, const SdpTimer *timer);
+extern void sdp_operator_unindex_timer(SdpOperatorContext *ctx, const char *store_key, const SdpTimer *timer);
 
 /* helpers for validate */
 extern int	sdp_operator_column(TupleDesc desc, const char *name, const char *option, bool required);

@@ -58,6 +58,7 @@
 #include "nodes/makefuncs.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
+#include "utils/guc.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
@@ -187,7 +188,7 @@ struct SdpVars
 	int			cur_undo_key;	/* the current key's index, -1: not looked up yet */
 
 	/* re-indexing a timer whose removal is undone (the operator's timer index) */
-	void		(*index_timer) (void *arg, const char *store_key, const SdpTimer *timer);
+	void		(*index_timer) (void *arg, const char *store_key, const SdpTimer *timer, bool add);
 	void	   *index_arg;
 };
 
@@ -256,7 +257,15 @@ addr(SdpVars *vars, dsa_pointer p)
 static dsa_pointer
 chunk_allocate(SdpVars *vars, size_t size)
 {
-	dsa_pointer p = sdp_state_allocate(vars->store, size);
+	dsa_pointer p;
+
+	/* a chunk's size is kept in 32 bits, and dsa_allocate takes no more without DSA_ALLOC_HUGE */
+	if (size > MaxAllocSize)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("a processor state variable of one key would take more than %zu bytes", (size_t) MaxAllocSize),
+				 errhint("Keep a key's lists and maps smaller, or spread them over more keys.")));
+	p = sdp_state_allocate(vars->store, size);
 
 	*(uint32 *) addr(vars, p) = (uint32) size;
 	vars->store->ext_bytes += size;
@@ -294,7 +303,9 @@ var_free(SdpVars *vars, int var, dsa_pointer p)
 SdpVars *
 sdp_vars_create(SdpStateStore *store, SdpVarDecl *decls, int ndecls, bool writer)
 {
-	SdpVars    *vars = MemoryContextAllocZero(TopMemoryContext, sizeof(SdpVars));
+	/* a reader's lasts its call (sdp_flow_state); the writer's, its worker */
+	MemoryContext cxt = writer ? TopMemoryContext : CurrentMemoryContext;
+	SdpVars    *vars = MemoryContextAllocZero(cxt, sizeof(SdpVars));
 
 	vars->store = store;
 	vars->decls = decls;
@@ -309,16 +320,16 @@ sdp_vars_create(SdpStateStore *store, SdpVarDecl *decls, int ndecls, bool writer
 
 		get_typlenbyval(d->type, &d->typlen, &d->typbyval);
 		getTypeOutputInfo(d->type, &func, &varlena);
-		fmgr_info_cxt(func, &d->out, TopMemoryContext);
+		fmgr_info_cxt(func, &d->out, cxt);
 		getTypeInputInfo(d->type, &func, &d->ioparam);
-		fmgr_info_cxt(func, &d->in, TopMemoryContext);
+		fmgr_info_cxt(func, &d->in, cxt);
 		if (d->kind == SDP_VAR_MAP)
 		{
 			get_typlenbyval(d->key_type, &d->key_typlen, &d->key_typbyval);
 			getTypeOutputInfo(d->key_type, &func, &varlena);
-			fmgr_info_cxt(func, &d->key_out, TopMemoryContext);
+			fmgr_info_cxt(func, &d->key_out, cxt);
 			getTypeInputInfo(d->key_type, &func, &d->key_ioparam);
-			fmgr_info_cxt(func, &d->key_in, TopMemoryContext);
+			fmgr_info_cxt(func, &d->key_in, cxt);
 		}
 	}
 	if (writer)
@@ -360,7 +371,7 @@ sdp_vars_set_clock(SdpVars *vars, TimestampTz now)
 }
 
 void
-sdp_vars_set_timer_indexer(SdpVars *vars, void (*index) (void *arg, const char *store_key, const SdpTimer *timer),
+sdp_vars_set_timer_indexer(SdpVars *vars, void (*index) (void *arg, const char *store_key, const SdpTimer *timer, bool add),
 						   void *arg)
 {
 	vars->index_timer = index;
@@ -760,10 +771,15 @@ sdp_vars_list_append(SdpVars *vars, int var, Datum value)
 		ListChunk  *nc;
 
 		cap = Max(cap, 256);
-		if (offsetof(ListChunk, data) + cap > MaxAllocHugeSize)
-			ereport(ERROR,
-					(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-					 errmsg("list \"%s\" would be larger than %zu bytes", d->name, (size_t) MaxAllocHugeSize)));
+		if (offsetof(ListChunk, data) + cap > MaxAllocSize)
+		{
+			/* the last doubling: as much as a chunk may hold */
+			cap = MaxAllocSize - offsetof(ListChunk, data);
+			if (used + need > cap)
+				ereport(ERROR,
+						(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+						 errmsg("list \"%s\" would be larger than %zu bytes", d->name, (size_t) MaxAllocSize)));
+		}
 		p = chunk_allocate(vars, offsetof(ListChunk, data) + cap);
 		ext = addr(vars, ks.entry->ext);
 		nc = addr(vars, p);
@@ -1092,9 +1108,9 @@ sdp_vars_map_put(SdpVars *vars, int var, Datum key, Datum value, bool isnull)
 			(i = map_find(vars, t, hash, kimage, klen, false)) >= 0 &&
 			map_entry(vars, &t->slots[i])->vlen == vlen)
 		{
-			MapEntry   *e = map_entry(vars, &t->slots[i]);
+			MapEntry   *old = map_entry(vars, &t->slots[i]);
 
-			overwrite(vars, var, t->slots[i].entry, &e->written_at, e->data + MAXALIGN(e->klen), vimage, vlen);
+			overwrite(vars, var, t->slots[i].entry, &old->written_at, old->data + MAXALIGN(old->klen), vimage, vlen);
 			close_ext(vars, &ks, true);
 			return;
 		}
@@ -1306,7 +1322,7 @@ sdp_vars_add_timer(SdpVars *vars, SdpTimeKind kind, TimestampTz at)
 		timer.kind = kind;
 		timer.tag = 0;
 		if (vars->index_timer)
-			vars->index_timer(vars->index_arg, vars->store_key, &timer);
+			vars->index_timer(vars->index_arg, vars->store_key, &timer, true);
 	}
 	close_ext(vars, &ks, added);
 	return added;
@@ -1372,7 +1388,7 @@ sdp_vars_take_timer(SdpVars *vars, SdpKeyState *ks, SdpTimeKind kind, TimestampT
 /* Index a key's timers (after a restore). */
 void
 sdp_vars_index_timers(SdpVars *vars, SdpStateEntry *entry,
-					  void (*index) (void *arg, const char *store_key, const SdpTimer *timer), void *arg)
+					  void (*index) (void *arg, const char *store_key, const SdpTimer *timer, bool add), void *arg)
 {
 	KeyExt	   *ext;
 	SdpTimer   *t;
@@ -1382,7 +1398,7 @@ sdp_vars_index_timers(SdpVars *vars, SdpStateEntry *entry,
 	ext = addr(vars, entry->ext);
 	t = timers_of(vars, ext);
 	for (int i = 0; i < ext->ntimers; i++)
-		index(arg, entry->key, &t[i]);
+		index(arg, entry->key, &t[i], true);
 }
 
 /* ---- the undo log ---- */
@@ -1430,6 +1446,12 @@ sdp_vars_undo(SdpVars *vars, int mark)
 		SdpKeyState ks;
 		KeyExt	   *ext;
 
+		/*
+		 * Consumed before it is applied: should applying it raise (out of
+		 * shared memory), the undo that follows from the transaction's
+		 * abort starts below it, and frees nothing twice.
+		 */
+		vars->nundo = i;
 		sdp_state_open_key(vars->store, vars->undo_keys[r->key], true, &ks);
 		ext = DsaPointerIsValid(ks.entry->ext) ? addr(vars, ks.entry->ext) : NULL;
 		switch (r->op)
@@ -1481,7 +1503,16 @@ sdp_vars_undo(SdpVars *vars, int mark)
 				}
 			case UNDO_TIMER_ADD:
 				Assert(ext != NULL);
-				(void) timer_remove(vars, ext, (SdpTimeKind) r->b, r->a);
+				if (timer_remove(vars, ext, (SdpTimeKind) r->b, r->a) && vars->index_timer)
+				{
+					/* its node too: a batch retried again and again would pile them up */
+					SdpTimer	timer;
+
+					timer.when = r->a;
+					timer.kind = (int32) r->b;
+					timer.tag = 0;
+					vars->index_timer(vars->index_arg, ks.key, &timer, false);
+				}
 				break;
 			case UNDO_INPLACE:
 				{
@@ -1517,7 +1548,7 @@ sdp_vars_undo(SdpVars *vars, int mark)
 					timer.kind = (int32) r->b;
 					timer.tag = 0;
 					if (vars->index_timer)
-						vars->index_timer(vars->index_arg, ks.key, &timer);
+						vars->index_timer(vars->index_arg, ks.key, &timer, true);
 					break;
 				}
 		}
@@ -1568,6 +1599,31 @@ sdp_vars_commit(SdpVars *vars)
 }
 
 /* ---- checkpoints: the store's SdpStateExtOps ---- */
+
+/*
+ * The settings that the text of a value depends on, pinned while a
+ * checkpoint is written and read: the owner's DateStyle may change between
+ * the two (a date of DMY read as MDY), an extra_float_digits below 1 loses
+ * a float's last digits, and money is read by lc_monetary.  pg_dump pins
+ * the same.  Returns the GUC nest level for vars_text_format_end.
+ */
+static int
+vars_text_format_begin(void)
+{
+	int			nest = NewGUCNestLevel();
+
+	(void) set_config_option("datestyle", "ISO, MDY", PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+	(void) set_config_option("intervalstyle", "postgres", PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+	(void) set_config_option("extra_float_digits", "3", PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+	(void) set_config_option("lc_monetary", "C", PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+	return nest;
+}
+
+static void
+vars_text_format_end(int nest)
+{
+	AtEOXact_GUC(true, nest);
+}
 
 static void
 put_text(StringInfo buf, const char *s)
@@ -1851,7 +1907,7 @@ vars_restore(SdpStateStore *store, SdpKeyState *ks, const char *data, int len)
 	sdp_state_open_key(store, ks->key, true, ks);
 }
 
-static const SdpStateExtOps vars_ext_ops = {vars_serialize, vars_restore, NULL};
+static const SdpStateExtOps vars_ext_ops = {vars_serialize, vars_restore, NULL, vars_text_format_begin, vars_text_format_end};
 
 const SdpStateExtOps *
 sdp_vars_ext_ops(void)
@@ -1876,16 +1932,26 @@ to_jsonb_of(Oid type, Datum value)
 }
 
 /*
- * A variable of a key as jsonb, for sdp_flow_state (a reader: the entry's
- * lock is held): {"value": v}, {"list": [...]}, {"map": [[k, v], ...]},
- * with "written_at" for a value; NULL when the key has none of it.
+ * A variable of a key, copied out of the area by a reader while the key's
+ * entry is locked: only the images (datum_of), nothing formatted, so that
+ * no output function, catalog lookup or work in proportion to the values'
+ * text runs under the lock (the worker waits for it).
  */
-Jsonb *
-sdp_vars_describe(SdpVars *vars, SdpStateEntry *entry, int var)
+typedef struct VarCopy
+{
+	int			n;				/* value: 1; list: elements; map: entries */
+	Datum	   *keys;			/* map */
+	Datum	   *values;
+	bool	   *isnull;
+	int64		written_at;		/* value */
+} VarCopy;
+
+void *
+sdp_vars_copy_var(SdpVars *vars, SdpStateEntry *entry, int var)
 {
 	const SdpVarDecl *d = &vars->decls[var];
 	KeyExt	   *ext;
-	StringInfoData buf;
+	VarCopy    *c;
 	dsa_pointer p;
 
 	if (!DsaPointerIsValid(entry->ext))
@@ -1893,63 +1959,106 @@ sdp_vars_describe(SdpVars *vars, SdpStateEntry *entry, int var)
 	ext = addr(vars, entry->ext);
 	if (var >= ext->nvars || !DsaPointerIsValid(p = ext->var[var]))
 		return NULL;
-	initStringInfo(&buf);
+	c = palloc0(sizeof(VarCopy));
 	switch (d->kind)
 	{
 		case SDP_VAR_VALUE:
 			{
-				ValueChunk *c = addr(vars, p);
+				ValueChunk *v = addr(vars, p);
 
-				appendStringInfoString(&buf, "{\"value\": ");
-				appendStringInfoString(&buf, JsonbToCString(NULL, &to_jsonb_of(d->type, datum_of(c->data, c->len, d->typbyval))->root, 0));
-				appendStringInfo(&buf, ", \"written_at\": \"%s\"}", timestamptz_to_str(c->written_at));
+				c->n = 1;
+				c->values = palloc(sizeof(Datum));
+				c->isnull = palloc0(sizeof(bool));
+				c->values[0] = datum_of(v->data, v->len, d->typbyval);
+				c->written_at = v->written_at;
 				break;
 			}
 		case SDP_VAR_LIST:
 			{
-				ListChunk  *c = addr(vars, p);
+				ListChunk  *l = addr(vars, p);
 				int64		at = 0;
 
-				appendStringInfoString(&buf, "{\"list\": [");
-				for (int k = 0; k < c->count; k++)
+				c->n = l->count;
+				c->values = palloc(sizeof(Datum) * Max(l->count, 1));
+				c->isnull = palloc0(sizeof(bool) * Max(l->count, 1));
+				for (int k = 0; k < l->count; k++)
 				{
-					ListElem   *el = list_elem(c, at);
-					Jsonb	   *j = to_jsonb_of(d->type, datum_of((char *) el + MAXALIGN(sizeof(ListElem)), el->len, d->typbyval));
+					ListElem   *el = list_elem(l, at);
 
-					appendStringInfo(&buf, "%s%s", k ? ", " : "", JsonbToCString(NULL, &j->root, 0));
+					if (el->len < 0)
+						c->isnull[k] = true;
+					else
+						c->values[k] = datum_of((char *) el + MAXALIGN(sizeof(ListElem)), el->len, d->typbyval);
 					at += elem_size(el->len);
 				}
-				appendStringInfoString(&buf, "]}");
 				break;
 			}
 		case SDP_VAR_MAP:
 			{
 				MapTable   *m = addr(vars, p);
-				int			k = 0;
 
-				appendStringInfoString(&buf, "{\"map\": [");
+				c->keys = palloc(sizeof(Datum) * Max(m->capacity, 1));
+				c->values = palloc(sizeof(Datum) * Max(m->capacity, 1));
+				c->isnull = palloc0(sizeof(bool) * Max(m->capacity, 1));
 				for (int i = 0; i < m->capacity; i++)
 				{
 					MapEntry   *e;
-					Jsonb	   *jk;
 
 					if (m->slots[i].status != SLOT_USED)
 						continue;
 					e = map_entry(vars, &m->slots[i]);
-					jk = to_jsonb_of(d->key_type, datum_of(e->data, e->klen, d->key_typbyval));
-					appendStringInfo(&buf, "%s[%s, ", k++ ? ", " : "", JsonbToCString(NULL, &jk->root, 0));
+					c->keys[c->n] = datum_of(e->data, e->klen, d->key_typbyval);
 					if (e->vlen < 0)
-						appendStringInfoString(&buf, "null]");
+						c->isnull[c->n] = true;
 					else
-					{
-						Jsonb	   *jv = to_jsonb_of(d->type, datum_of(e->data + MAXALIGN(e->klen), e->vlen, d->typbyval));
-
-						appendStringInfo(&buf, "%s]", JsonbToCString(NULL, &jv->root, 0));
-					}
+						c->values[c->n] = datum_of(e->data + MAXALIGN(e->klen), e->vlen, d->typbyval);
+					c->n++;
 				}
-				appendStringInfoString(&buf, "]}");
 				break;
 			}
+	}
+	return c;
+}
+
+/*
+ * A variable's copy as jsonb, for sdp_flow_state (no lock is held):
+ * {"value": v, "written_at": t}, {"list": [...]}, {"map": [[k, v], ...]}.
+ */
+Jsonb *
+sdp_vars_describe_copy(SdpVars *vars, int var, void *copy)
+{
+	const SdpVarDecl *d = &vars->decls[var];
+	VarCopy    *c = copy;
+	StringInfoData buf;
+
+	initStringInfo(&buf);
+	switch (d->kind)
+	{
+		case SDP_VAR_VALUE:
+			appendStringInfoString(&buf, "{\"value\": ");
+			appendStringInfoString(&buf, JsonbToCString(NULL, &to_jsonb_of(d->type, c->values[0])->root, 0));
+			appendStringInfo(&buf, ", \"written_at\": \"%s\"}", timestamptz_to_str(c->written_at));
+			break;
+		case SDP_VAR_LIST:
+			appendStringInfoString(&buf, "{\"list\": [");
+			for (int k = 0; k < c->n; k++)
+				appendStringInfo(&buf, "%s%s", k ? ", " : "",
+								 c->isnull[k] ? "null" : JsonbToCString(NULL, &to_jsonb_of(d->type, c->values[k])->root, 0));
+			appendStringInfoString(&buf, "]}");
+			break;
+		case SDP_VAR_MAP:
+			appendStringInfoString(&buf, "{\"map\": [");
+			for (int k = 0; k < c->n; k++)
+			{
+				appendStringInfo(&buf, "%s[%s, ", k ? ", " : "",
+								 JsonbToCString(NULL, &to_jsonb_of(d->key_type, c->keys[k])->root, 0));
+				if (c->isnull[k])
+					appendStringInfoString(&buf, "null]");
+				else
+					appendStringInfo(&buf, "%s]", JsonbToCString(NULL, &to_jsonb_of(d->type, c->values[k])->root, 0));
+			}
+			appendStringInfoString(&buf, "]}");
+			break;
 	}
 	return DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum(buf.data)));
 }

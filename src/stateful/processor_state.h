@@ -73,18 +73,19 @@ extern bool sdp_vars_delete_timer(SdpVars *vars, SdpTimeKind kind, TimestampTz a
 extern int	sdp_vars_timers(SdpVars *vars, SdpTimer **timers);
 extern bool sdp_vars_take_timer(SdpVars *vars, SdpKeyState *ks, SdpTimeKind kind, TimestampTz at);
 extern void sdp_vars_index_timers(SdpVars *vars, SdpStateEntry *entry,
-								  void (*index) (void *arg, const char *store_key, const SdpTimer *timer), void *arg);
+								  void (*index) (void *arg, const char *store_key, const SdpTimer *timer, bool add), void *arg);
 
 /* the undo log of an attempt: its changes undone (to a mark), or kept */
 extern int	sdp_vars_mark(SdpVars *vars);
 extern void sdp_vars_undo(SdpVars *vars, int mark);
 extern void sdp_vars_commit(SdpVars *vars);
 extern void sdp_vars_set_timer_indexer(SdpVars *vars,
-									   void (*index) (void *arg, const char *store_key, const SdpTimer *timer),
+									   void (*index) (void *arg, const char *store_key, const SdpTimer *timer, bool add),
 									   void *arg);
 
 /* a reader: a key's variables as jsonb, one per variable declared (NULL: none) */
-extern Jsonb *sdp_vars_describe(SdpVars *vars, SdpStateEntry *entry, int var);
+extern void *sdp_vars_copy_var(SdpVars *vars, SdpStateEntry *entry, int var);
+extern Jsonb *sdp_vars_describe_copy(SdpVars *vars, int var, void *copy);
 extern char *sdp_vars_describe_timers(SdpVars *vars, SdpStateEntry *entry);
 
 #endif							/* SDP_PROCESSOR_STATE_H */

@@ -99,6 +99,13 @@ typedef struct SdpStateExtOps
 	/* the key's ext from those bytes (the writer, at restore; the key is open) */
 	void		(*restore) (struct SdpStateStore *store, struct SdpKeyState *ks, const char *data, int len);
 	void	   *arg;			/* the operator's */
+	/*
+	 * Around the serializes of one checkpoint and the restores of one
+	 * start (in a transaction): what they depend on set, and reset (NULL:
+	 * nothing); begin returns what end takes.
+	 */
+	int			(*io_begin) (void);
+	void		(*io_end) (int token);
 } SdpStateExtOps;
 
 /* The store of one flow, as its worker or a reader sees it. */

@@ -150,6 +150,7 @@ sdp_stateful_start(FlowWorker *w)
 	SDP_SLOT_STATS_BEGIN_WRITE(w->slot);
 	w->slot->stats.state_area = area;
 	w->slot->stats.state_table = table;
+	w->slot->stats.state_options = sdp_operator_options_hash(w->opts.operator_options);
 	SDP_SLOT_STATS_END_WRITE(w->slot);
 
 	w->prep.rows_desc = w->prep.transform.result_desc;
@@ -704,6 +705,7 @@ sdp_stateful_restore(FlowWorker *w)
 	Int32GetDatum(w->args.worker_no), (Datum) 0};
 	char		nulls[4] = {' ', ' ', ' ', 'n'};
 	uint64		nkeys;
+	int			nest = -1;
 
 	sdp_start_transaction();
 	SPI_connect();
@@ -731,6 +733,9 @@ sdp_stateful_restore(FlowWorker *w)
 		elog(ERROR, "could not read the state checkpoint");
 	sdp_catalog_leave(&scope);
 	nkeys = SPI_processed;
+	/* what the operator's own state is read with (a processor's: the settings its text was written with) */
+	if (w->stateful->store->ext_ops != NULL && w->stateful->store->ext_ops->io_begin != NULL)
+		nest = w->stateful->store->ext_ops->io_begin();
 	for (uint64 i = 0; i < nkeys; i++)
 	{
 		bool		isnull;
@@ -741,6 +746,8 @@ sdp_stateful_restore(FlowWorker *w)
 		sdp_state_restore(w->stateful->store, key, partition, blob);
 		CHECK_FOR_INTERRUPTS();
 	}
+	if (nest >= 0)
+		w->stateful->store->ext_ops->io_end(nest);
 	/* the event-time watermark and the partitions' highest event times of the checkpoint */
 	if (w->stateful->event_time_index >= 0)
 	{
@@ -831,10 +838,14 @@ write_checkpoint(FlowWorker *w, int64 *next)
 	SdpCatalogScope scope;
 	Datum		values[4];
 	Datum	   *own = palloc(sizeof(Datum) * Max(w->parts.n, 1));
+	int			nest = -1;
 
 	hash_seq_init(&seq, w->stateful->store->dirty);
 	while ((dirty = hash_seq_search(&seq)) != NULL)
 		keys[n++] = pstrdup(dirty);
+	/* what the operator's own state is written with (a processor's text: settings pinned, read back alike) */
+	if (w->stateful->store->ext_ops != NULL && w->stateful->store->ext_ops->io_begin != NULL)
+		nest = w->stateful->store->ext_ops->io_begin();
 	for (int i = 0; i < n; i++)
 	{
 		SdpKeyState ks;
@@ -851,6 +862,8 @@ write_checkpoint(FlowWorker *w, int64 *next)
 		sdp_state_close_key(&ks);
 		CHECK_FOR_INTERRUPTS();
 	}
+	if (nest >= 0)
+		w->stateful->store->ext_ops->io_end(nest);
 	Assert(w->stateful->store->nresting == 0);	/* a resting key is always dirty */
 
 	sdp_store_offsets(w, w->parts.n, w->parts.ids, next, NULL, false);

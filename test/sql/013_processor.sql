@@ -117,6 +117,8 @@ SELECT pg_temp.declare('{"handle_initial_state": "s_init"}');
 SELECT pg_temp.declare('{"handle_initial_state": "s_init", "initial_state": "SELECT started FROM seed"}');
 SELECT pg_temp.declare('{"handle_initial_state": "s_init", "initial_state": "DELETE FROM seed RETURNING *"}');
 SELECT pg_temp.declare('{"handle_initial_state": "s_init", "initial_state": "SELECT user_id, started FROM seed; SELECT 1"}');
+SELECT pg_temp.declare('{"handle_initial_state": "s_init", "initial_state": ""}');
+SELECT pg_temp.declare('{"handle_initial_state": "s_init", "initial_state": "-- nothing but a comment"}');
 SELECT pg_temp.declare('{"handle_initial_state": "s_init", "initial_state": "SELEC user_id FROM seed"}');
 SELECT pg_temp.declare('{"handle_initial_state": "s_init", "initial_state": "SELECT user_id, started FROM no_such_table"}');
 SELECT pg_temp.declare('{"handle_initial_state": "s_init_bad", "initial_state": "SELECT user_id, started FROM seed"}');

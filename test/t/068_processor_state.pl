@@ -24,7 +24,7 @@ use SdpKafka;
 use SdpTest;
 use Test::More;
 
-my $broker = SdpKafka::start_broker(topics => { (map { $_ => 1 } qw(rt long big tm ttl mem decl)), 'init' => 2 });
+my $broker = SdpKafka::start_broker(topics => { (map { $_ => 1 } qw(rt long big tm ttl mem decl fmt)), 'init' => 2 });
 my $boot = $broker->bootstrap;
 my $node = SdpTest::new_node('pstate');
 my $opts = SdpTest::source_options();
@@ -236,6 +236,8 @@ BEGIN
     PERFORM sdp_list_append('l', md5(k));
     PERFORM sdp_map_put('m', k, length(k));
     PERFORM sdp_register_timer(sdp_processing_time() + interval '200 ms');
+  ELSIF rows[1].op = 'timer only' THEN
+    PERFORM sdp_register_timer(sdp_processing_time() + interval '200 ms');
   END IF;
   RETURN NEXT long_show(k, rows[1].op);
 END $$;
@@ -265,6 +267,21 @@ is(SdpTest::query($node, "SELECT md5(k) || ' ' || n || ' ' || l::text || ' ' || 
 	"$long_md5 $long_bytes {$long_md5,timer} $long_md5=904", 'long key: its state after the restart');
 is(SdpTest::query($node, "SELECT string_agg(DISTINCT md5(key), ',') FROM sdp_flow_state('long')"), $long_md5,
 	'long key: sdp_flow_state shows its full text after the restart');
+# a long key whose only state is its timer: taking the timer releases the
+# key's state, where its text was; the handler still gets the text, and its
+# state written there is the key's
+my $long2 = ('T' x 1000) . '|timer only';
+my $long2_md5 = md5_hex($long2);
+produce('long', [ $long2, qq({"k": "$long2", "op": "timer only"}) ]);
+ok(SdpTest::wait_for($node, "SELECT count(*) = 2 FROM long_out WHERE md5(k) = '$long2_md5'"),
+	'long key with only a timer: its row and its timer are handled, with its text');
+produce('long', [ $long2, qq({"k": "$long2", "op": "get"}) ]);
+ok(SdpTest::wait_consumed($node, 'long', 4), 'long key with only a timer: its next row is read');
+is(SdpTest::query($node, "SELECT string_agg(md5(k) || ' ' || what || ' ' || coalesce(l::text, '-'), E'\\n' ORDER BY what) FROM long_out WHERE k LIKE 'TTT%'"),
+	"$long2_md5 get {timer}\n$long2_md5 timer {timer}\n$long2_md5 timer only {}",
+	'long key with only a timer: every call had its text, and the state the timer wrote is the key\'s');
+is(SdpTest::query($node, "SELECT state || ' ' || coalesce(last_error, '-') FROM sdp.flow_status WHERE flow = 'long'"), 'running -',
+	'long key with only a timer: the flow runs, with no error');
 
 # --- a map of 100,000 entries in one key --------------------------------------
 SdpTest::query($node, <<'SQL');
@@ -275,21 +292,33 @@ BEGIN
   FOR i IN 1 .. rows[1].n LOOP
     PERFORM sdp_map_put('m', i, 'value ' || i);
   END LOOP;
+  FOR i IN 1 .. rows[1].n / 5 LOOP
+    PERFORM sdp_list_append('l', i);
+  END LOOP;
   RETURN NEXT ROW(k, rows[1].n, sdp_map_count('m'),
     (SELECT sum(substr(value, 7)::bigint) FROM sdp_map_entries('m', NULL::int, NULL::text) WHERE value = 'value ' || key))::big_out;
 END $$;
 SELECT sdp_create_flow('big', 'big', 'big_out', 'k text, n int', operator => 'processor',
   options => '{"key": "k", "handle_rows": "big_rows", "checkpoint_interval": "1 second",
-               "state": {"m": {"map": ["int", "text"]}}}');
+               "state": {"m": {"map": ["int", "text"]}, "l": {"list": "int"}}}');
 SQL
 produce('big', [ 'b', '{"k": "b", "n": 100000}' ]);
 ok(SdpTest::wait_consumed($node, 'big', 1), 'big map: 100,000 entries put');
 is(SdpTest::query($node, "SELECT entries || ' ' || sum_values FROM big_out WHERE n = 100000"), '100000 5000050000',
 	'big map: sdp_map_count is 100000, and every entry holds its value');
 ok(wait_checkpointed('big', 1), 'big map: checkpointed');
+my $bytes_before = SdpTest::query($node, "SELECT state_bytes FROM sdp.flow_status WHERE flow = 'big'");
 ok(restart_flow('big'), 'big map: the flow stopped and started restores its checkpoint');
 produce('big', [ 'b', '{"k": "b", "n": 0}' ]);
 ok(SdpTest::wait_consumed($node, 'big', 2), 'big map: read after the restart');
+# the restore grows the map and the list as the handler did: what it
+# replaces is freed (it was kept, for an undo that never comes: a restart
+# doubled a list's memory)
+my $bytes_after = SdpTest::query($node, "SELECT state_bytes FROM sdp.flow_status WHERE flow = 'big'");
+cmp_ok($bytes_after, '<', $bytes_before * 1.25,
+	"big map: the restored state takes the memory it took before the restart ($bytes_before bytes before, $bytes_after after)");
+is(SdpTest::query($node, "SELECT jsonb_array_length(value->'list') || ' ' || (value->'list'->>19999) FROM sdp_flow_state('big') WHERE key = 'b' AND state = 'l'"),
+	'20000 20000', 'big map: and the list of 20,000 elements is whole');
 is(SdpTest::query($node, "SELECT entries || ' ' || sum_values FROM big_out WHERE n = 0"), '100000 5000050000',
 	'big map: after the restart sdp_map_count is 100000, every entry as it was');
 is(SdpTest::query($node, "SELECT jsonb_array_length(value->'map') FROM sdp_flow_state('big') WHERE key = 'b' AND state = 'm'"),
@@ -483,6 +512,61 @@ is(SdpTest::query($node,
 		"SELECT max(at) FILTER (WHERE what = 'initial') < min(at) FILTER (WHERE what = 'rows') FROM init_calls"),
 	't', 'initial state: before any handle_rows');
 }
+
+# --- the text of a checkpoint does not depend on the owner's settings -----
+# The owner's DateStyle is DMY when the checkpoint is written and MDY when
+# it is read back, and its extra_float_digits would lose a float's last
+# digits: the values come back as they were.
+SdpTest::query($node, <<"SQL");
+CREATE ROLE fmt_owner LOGIN;
+ALTER ROLE fmt_owner SET datestyle = 'SQL, DMY';
+ALTER ROLE fmt_owner SET extra_float_digits = -3;
+ALTER ROLE fmt_owner SET intervalstyle = 'sql_standard';
+CREATE TYPE fmt_in AS (k text, op text);
+CREATE TABLE fmt_out (k text, op text, d text, f text, i text);
+ALTER TABLE fmt_out OWNER TO fmt_owner;
+CREATE FUNCTION fmt_rows(k text, rows fmt_in[]) RETURNS SETOF fmt_out LANGUAGE plpgsql AS \$\$
+BEGIN
+  IF rows[1].op = 'set' THEN
+    PERFORM sdp_set_value('d', date '2026-01-02');
+    PERFORM sdp_set_value('f', 0.1::float8 + 0.2::float8);
+    PERFORM sdp_set_value('i', interval '1 day -2 hours 3.5 seconds');
+  END IF;
+  RETURN NEXT ROW(k, rows[1].op, to_char(sdp_value('d', NULL::date), 'YYYY-MM-DD'),
+                  (sdp_value('f', NULL::float8) = 0.1::float8 + 0.2::float8)::text,
+                  (sdp_value('i', NULL::interval) = interval '1 day -2 hours 3.5 seconds')::text)::fmt_out;
+END \$\$;
+ALTER FUNCTION fmt_rows(text, fmt_in[]) OWNER TO fmt_owner;
+SET ROLE fmt_owner;
+SELECT sdp_create_source('fmt_src', '$boot', 'fmt', '$opts');
+SELECT sdp_create_flow('fmt', 'fmt_src', 'fmt_out', 'k text, op text', operator => 'processor',
+  options => '{"key": "k", "handle_rows": "fmt_rows", "checkpoint_interval": "200 ms",
+               "state": {"d": {"value": "date"}, "f": {"value": "float8"}, "i": {"value": "interval"}}}');
+RESET ROLE;
+SQL
+produce('fmt', [ 'a', '{"k": "a", "op": "set"}' ]);
+ok(SdpTest::wait_consumed($node, 'fmt', 1), 'owner settings: the values set');
+ok(wait_checkpointed('fmt', 1), 'owner settings: checkpointed');
+SdpTest::query($node, "ALTER ROLE fmt_owner SET datestyle = 'SQL, MDY'");
+ok(restart_flow('fmt'), 'owner settings: the flow, restarted with another DateStyle, restores its checkpoint');
+produce('fmt', [ 'a', '{"k": "a", "op": "get"}' ]);
+ok(SdpTest::wait_consumed($node, 'fmt', 2), 'owner settings: read after the restart');
+is(SdpTest::query($node, "SELECT string_agg(op || ' ' || d || ' ' || f || ' ' || i, ',' ORDER BY op DESC) FROM fmt_out"),
+	'set 2026-01-02 true true,get 2026-01-02 true true',
+	'owner settings: the date, the float and the interval are restored as they were set');
+
+# sdp_flow_state in the transaction that alters the flow: the catalog has
+# the new variables (a list "a", before the others), the worker still the
+# old ones; the state is not read by the catalog's declaration
+my ($ret, $out, $err) = $node->psql('postgres', q{BEGIN;
+SELECT sdp_alter_flow('fmt', options => '{"state": {"a": {"list": "text"}, "d": {"value": "date"}, "f": {"value": "float8"}, "i": {"value": "interval"}}}');
+SELECT 'states:' || coalesce(string_agg(state, ',' ORDER BY state), '') FROM sdp_flow_state('fmt');
+ROLLBACK;});
+is($ret, 0, 'sdp_flow_state in the transaction that alters the flow: answered');
+like($out, qr/^states:$/m, 'without the variables, which the worker holds by its own declaration');
+like($err, qr/NOTICE:  flow "fmt" restarts with its altered options/, 'with a notice that says why');
+is(SdpTest::query($node, "SELECT string_agg(state, ',' ORDER BY state) FROM sdp_flow_state('fmt') WHERE key = 'a'"), 'd,f,i',
+	'rolled back: the variables show');
 
 is(SdpTest::query($node, "SELECT count(*) FROM sdp.dead_letters"), '0', 'no dead letter');
 

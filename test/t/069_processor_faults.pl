@@ -15,11 +15,12 @@
 use strict;
 use warnings FATAL => 'all';
 use lib 'test/perl';
+use PostgreSQL::Test::Utils;
 use SdpKafka;
 use SdpTest;
 use Test::More;
 
-my $broker = SdpKafka::start_broker(topics => { 'faults' => 1 });
+my $broker = SdpKafka::start_broker(topics => { 'faults' => 1, 'retry' => 1 });
 my $boot = $broker->bootstrap;
 my $node = SdpTest::new_node('pfaults');
 SdpTest::query($node, <<"SQL");
@@ -182,5 +183,73 @@ is(SdpTest::query($node, "SELECT string_agg(seq || ':' || n || ':' || seqs::text
 is(state_of('ke'), 'by_v=[["catch", 21], ["ok", 20]] n=2 seqs=[20, 21]',
 	'ke\'s state: the rolled-back block\'s changes (value, list, map, timer) are undone, like its table writes');
 is(SdpTest::query($node, "SELECT count(*) FROM sdp.dead_letters WHERE kafka_offset > 16"), '0', 'nothing dead-lettered');
+
+# a batch that its target refuses (not its messages' fault: retried with
+# backoff) and whose handler registers 5,000 timers each attempt: what an
+# attempt indexed goes with its undo, so the worker's memory stays as it
+# was however long the batch is retried (each attempt left its 5,000 timer
+# nodes in the worker's memory, about 1 MB, until their time came)
+SdpTest::query($node, <<"SQL");
+SET ROLE app;
+SELECT sdp_create_source('retry', '$boot', 'retry', '@{[ SdpTest::source_options() ]}');
+CREATE TABLE r_gate (blocked boolean);
+INSERT INTO r_gate VALUES (true);
+CREATE TABLE r_out (k text, n int);
+CREATE FUNCTION r_block() RETURNS trigger LANGUAGE plpgsql AS \$\$
+BEGIN
+  IF (SELECT blocked FROM r_gate) THEN
+    RAISE EXCEPTION 'r_out is blocked' USING ERRCODE = '55000';
+  END IF;
+  RETURN NEW;
+END \$\$;
+CREATE TRIGGER r_block BEFORE INSERT ON r_out FOR EACH ROW EXECUTE FUNCTION r_block();
+CREATE TYPE r_in AS (k text);
+CREATE FUNCTION r_rows(k text, rows r_in[]) RETURNS SETOF r_out LANGUAGE plpgsql AS \$\$
+BEGIN
+  FOR i IN 1 .. 5000 LOOP
+    PERFORM sdp_register_timer(sdp_processing_time() + interval '1 hour' + i * interval '1 millisecond');
+  END LOOP;
+  RETURN NEXT ROW(k, 5000)::r_out;
+END \$\$;
+CREATE FUNCTION r_timer(k text, at timestamptz, kind text) RETURNS SETOF r_out LANGUAGE sql AS 'SELECT NULL::text, NULL::int WHERE false';
+SELECT sdp_create_flow('retry', 'retry', 'r_out', 'k text', operator => 'processor',
+  options => '{"key": "k", "handle_rows": "r_rows", "handle_timer": "r_timer", "mode": "append", "state": {"x": {"value": "int"}}}');
+RESET ROLE;
+SQL
+SdpKafka::kcat_produce(bootstrap => $boot, topic => 'retry', messages => [ [ 'r', '{"k": "r"}', 0 ] ]);
+
+# the worker's memory (TopMemoryContext and all below it), as it logs it
+sub worker_memory
+{
+	my $pid = SdpTest::query($node, "SELECT pid FROM sdp.flow_status WHERE flow = 'retry'");
+	my $offset = -s $node->logfile;
+	SdpTest::query($node, "SELECT pg_log_backend_memory_contexts($pid)");
+	$node->wait_for_log(qr/\[$pid\] LOG:  Grand total: \d+ bytes/, $offset);
+	my ($total) = slurp_file($node->logfile, $offset) =~ /\[$pid\] LOG:  Grand total: (\d+) bytes/;
+	return $total;
+}
+# the backoff's step, in the reason: 100, 200, 400 ... ms
+sub retry_step
+{
+	my $e = SdpTest::query($node, "SELECT coalesce(last_error, '') FROM sdp.flow_status WHERE flow = 'retry'");
+	return $e =~ /retrying in (\d+) ms: .*r_out is blocked/ ? $1 : 0;
+}
+ok($node->poll_query_until('postgres',
+		"SELECT state = 'retrying' AND last_error ~ 'retrying in [0-9]+ ms: .*r_out is blocked' FROM sdp.flow_status WHERE flow = 'retry'"),
+	'retried batch: the target refuses it, the flow retries');
+ok($node->poll_query_until('postgres', "SELECT last_error ~ 'retrying in (400|800|1600|3200|6400) ms' FROM sdp.flow_status WHERE flow = 'retry'"),
+	'retried batch: three attempts');
+my $before = worker_memory();
+my $step = retry_step();
+my $later = $step * 16 > 30000 ? 30000 : $step * 16;    # (the backoff stops doubling at 30 s)
+ok($node->poll_query_until('postgres', "SELECT last_error ~ 'retrying in $later ms' FROM sdp.flow_status WHERE flow = 'retry'"),
+	'retried batch: four attempts more');
+my $after = worker_memory();
+cmp_ok($after - $before, '<', 1_000_000,
+	"retried batch: the worker's memory did not grow with the attempts ($before bytes, then $after)");
+SdpTest::query($node, 'UPDATE r_gate SET blocked = false');
+ok(SdpTest::wait_for($node, 'SELECT count(*) = 1 FROM r_out'), 'retried batch: written once the target takes it');
+is(SdpTest::query($node, "SELECT jsonb_array_length(value) FROM sdp_flow_state('retry') WHERE key = 'r' AND state = 'timers'"), '5000',
+	'retried batch: the key has the 5,000 timers of the attempt that committed, once each');
 
 done_testing();

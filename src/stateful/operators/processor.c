@@ -590,8 +590,13 @@ initial_state_desc(const char *sql)
 				(errcode(ERRCODE_SYNTAX_ERROR),
 				 errmsg("option \"initial_state\" is not a query: %s", SPI_result_code_string(SPI_result))));
 	sources = SPI_plan_get_plan_sources(plan);
+	if (list_length(sources) != 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
+				 errmsg("option \"initial_state\" must be a single SELECT query"),
+				 errdetail(sources == NIL ? "It holds no statement." : "It holds %d statements.", list_length(sources))));
 	ps = linitial(sources);
-	if (list_length(sources) != 1 || ps->commandTag != CMDTAG_SELECT || ps->resultDesc == NULL)
+	if (ps->commandTag != CMDTAG_SELECT || ps->resultDesc == NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
 				 errmsg("option \"initial_state\" must be a single SELECT query")));
@@ -743,9 +748,12 @@ processor_validate(TupleDesc input, Jsonb *options, Relation target, SdpFlowOpti
 }
 
 static void
-index_timer_cb(void *arg, const char *store_key, const SdpTimer *timer)
+index_timer_cb(void *arg, const char *store_key, const SdpTimer *timer, bool add)
 {
-	sdp_operator_index_timer((SdpOperatorContext *) arg, store_key, timer);
+	if (add)
+		sdp_operator_index_timer((SdpOperatorContext *) arg, store_key, timer);
+	else
+		sdp_operator_unindex_timer((SdpOperatorContext *) arg, store_key, timer);
 }
 
 static void *
@@ -929,10 +937,21 @@ static bool
 processor_take_timer(SdpOperatorContext *ctx, SdpKeyState *ks, const SdpTimer *timer)
 {
 	ProcessorConfig *cfg = ctx->config;
+	char	   *text;
 
-	if (!sdp_vars_take_timer(cfg->vars, ks, (SdpTimeKind) timer->kind, timer->when))
+	if (ks->entry == NULL)
 		return false;
-	cfg->timer_key_text = pstrdup(sdp_vars_key_text(cfg->vars, ks->entry, ks->key));
+	/*
+	 * The text first: a long key's lives in the key's state, which taking
+	 * its last timer releases (the handler would get the digest).
+	 */
+	text = pstrdup(sdp_vars_key_text(cfg->vars, ks->entry, ks->key));
+	if (!sdp_vars_take_timer(cfg->vars, ks, (SdpTimeKind) timer->kind, timer->when))
+	{
+		pfree(text);
+		return false;
+	}
+	cfg->timer_key_text = text;
 	return true;
 }
 
@@ -1081,7 +1100,7 @@ typedef struct Reader
 typedef struct KeyCopy
 {
 	char	   *key;
-	Jsonb	  **vars;			/* per declared variable, NULL: none */
+	void	  **vars;			/* per declared variable, its copy (sdp_vars_copy_var); NULL: none */
 	char	   *timers;			/* jsonb text, NULL: none */
 } KeyCopy;
 
@@ -1097,9 +1116,8 @@ processor_reader_begin(Jsonb *options, SdpStateStore *store)
 }
 
 /*
- * A key's variables, as jsonb.  The entry's lock is held: the conversions
- * need the types' output functions, which the reader looked up before
- * (sdp_vars_create), so no catalog lock is waited for under it.
+ * A key's variables, copied.  The entry's lock is held: the images only,
+ * formatted by processor_reader_rows once it is released.
  */
 static void *
 processor_reader_copy(void *reader, SdpStateEntry *entry)
@@ -1108,9 +1126,9 @@ processor_reader_copy(void *reader, SdpStateEntry *entry)
 	KeyCopy    *c = palloc0(sizeof(KeyCopy));
 
 	c->key = pstrdup(sdp_vars_key_text(r->vars, entry, entry->key));
-	c->vars = palloc0(sizeof(Jsonb *) * Max(r->ndecls, 1));
+	c->vars = palloc0(sizeof(void *) * Max(r->ndecls, 1));
 	for (int i = 0; i < r->ndecls; i++)
-		c->vars[i] = sdp_vars_describe(r->vars, entry, i);
+		c->vars[i] = sdp_vars_copy_var(r->vars, entry, i);
 	c->timers = sdp_vars_describe_timers(r->vars, entry);
 	return c;
 }
@@ -1123,7 +1141,11 @@ processor_reader_rows(void *reader, void *copy, void (*put) (void *arg, const ch
 
 	for (int i = 0; i < r->ndecls; i++)
 		if (c->vars[i] != NULL)
-			put(arg, r->decls[i].name, JsonbToCString(NULL, &c->vars[i]->root, VARSIZE(c->vars[i])));
+		{
+			Jsonb	   *j = sdp_vars_describe_copy(r->vars, i, c->vars[i]);
+
+			put(arg, r->decls[i].name, JsonbToCString(NULL, &j->root, VARSIZE(j)));
+		}
 	if (c->timers)
 		put(arg, "timers", c->timers);
 }
