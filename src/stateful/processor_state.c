@@ -1898,9 +1898,12 @@ vars_restore(SdpStateStore *store, SdpKeyState *ks, const char *data, int len)
 		close_ext(vars, &tks, true);
 	}
 	vars->now = saved_now;
-	/* what the restore wrote is the checkpoint's own: nothing to undo, nothing to free */
-	vars->nundo = 0;
-	undo_reset(vars);
+	/*
+	 * What the restore wrote is the checkpoint's own: nothing to undo.  But
+	 * what it replaced as a list, a map or the key's ext grew (the smaller
+	 * chunks) is freed, as a batch's commit frees it.
+	 */
+	sdp_vars_commit(vars);
 	vars->have_key = false;
 	vars->restoring = false;
 	/* open again, as sdp_state_restore left it */
