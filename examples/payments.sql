@@ -10,6 +10,12 @@ SELECT sdp_create_source('payments', :'bootstrap', 'payments');
 -- The static window schema: one row per (definition, entity, window).
 SELECT sdp_create_window_table('payment_windows');
 
+-- The flow and its definitions in one transaction: its worker starts, at
+-- the commit, with all five.  (A definition added to a running flow counts
+-- the events read after it: declared one by one, the last ones would miss
+-- what the worker read meanwhile.)
+BEGIN;
+
 SELECT sdp_create_flow('payments_agg', source => 'payments', target => 'payment_windows',
   schema   => 'merchant_id text, country text, method text, status text,
                amount numeric, event_ts timestamptz',
@@ -38,6 +44,8 @@ SELECT sdp_load_aggregations('payments_agg', $$[
   {"name": "merchants_per_country_1h", "group_by": ["country"], "operation": "approx_distinct",
    "value": "merchant_id", "window_size": "1 hour", "allowance": "1 minute"}
 ]$$);
+
+COMMIT;
 
 -- The last 24 windows of one merchant, by key (the primary key (definition, entity, window_end, window_start)):
 --   SELECT window_start, value, row_count FROM payment_windows
