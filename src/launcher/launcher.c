@@ -404,14 +404,15 @@ start_worker(int slotno, WantedFlow *f)
 	args.worker_no = slot->worker_no;
 	args.nworkers = slot->nworkers;
 	strlcpy(args.name, f->name, NAMEDATALEN);
-	memcpy(worker.bgw_extra, &args, sizeof(args));
 
 	/*
 	 * The slot says "starting" before the worker exists: a worker that comes
-	 * up at once sets "running" itself, and must not be overwritten.
+	 * up at once sets "running" itself, and must not be overwritten.  The
+	 * worker gets the slot's new generation, and attaches to the slot only
+	 * while it still has it (worker_attach).
 	 */
 	SpinLockAcquire(&slot->mutex);
-	slot->ctl.generation++;
+	args.generation = ++slot->ctl.generation;
 	slot->ctl.flow_id = f->id;
 	slot->ctl.owner = f->owner;
 	slot->ctl.stop_requested = false;
@@ -420,6 +421,7 @@ start_worker(int slotno, WantedFlow *f)
 	(void) sdp_slot_transition_locked(slot, SDP_FLOW_STARTING);
 	slot->ctl.exited_at = 0;
 	SpinLockRelease(&slot->mutex);
+	memcpy(worker.bgw_extra, &args, sizeof(args));
 
 	/* the handle outlives this transaction: keep it in TopMemoryContext */
 	oldcxt = MemoryContextSwitchTo(TopMemoryContext);

@@ -139,11 +139,42 @@ worker_keep_freed_memory(void)
 #endif
 }
 
+/*
+ * Take the slot the launcher registered this worker for, if it is still
+ * this worker's: in use, for this flow, at the generation the launcher
+ * gave it, and with no worker attached.  A worker that starts late (the
+ * postmaster starts registered workers when it can) may find its slot
+ * freed, or given to another worker by a launcher that started since, as
+ * logicalrep_worker_attach checks for the apply workers.
+ */
+static bool
+worker_attach(FlowWorker *w)
+{
+	SdpFlowSlot *slot = w->slot;
+	TimestampTz now = GetCurrentTimestamp();
+	bool		ours;
+
+	LWLockAcquire(SdpShmem->lock, LW_SHARED);
+	SpinLockAcquire(&slot->mutex);
+	ours = slot->in_use &&
+		slot->ctl.flow_id == w->args.flow_id &&
+		slot->ctl.generation == w->args.generation &&
+		slot->ctl.pid == 0;
+	if (ours)
+	{
+		slot->ctl.pid = MyProcPid;
+		slot->ctl.latch = MyLatch;
+		slot->ctl.started_at = now;
+	}
+	SpinLockRelease(&slot->mutex);
+	LWLockRelease(SdpShmem->lock);
+	return ours;
+}
+
 void
 sdp_flow_worker_main(Datum main_arg)
 {
 	FlowWorker *w;
-	TimestampTz now;
 
 	/* SIGTERM (stop, drop) ends the worker at its next CHECK_FOR_INTERRUPTS; an open batch rolls back. */
 	pqsignal(SIGTERM, die);
@@ -161,17 +192,18 @@ sdp_flow_worker_main(Datum main_arg)
 	w->batch_cxt = AllocSetContextCreate(TopMemoryContext, "sdp batch", ALLOCSET_DEFAULT_SIZES);
 	w->periodic_cxt = AllocSetContextCreate(TopMemoryContext, "sdp periodic work", ALLOCSET_SMALL_SIZES);
 
+	/* Publish our pid; from here on our exit is reported to the launcher. */
+	if (!worker_attach(w))
+	{
+		/* nothing of the slot is ours: leave it as it is */
+		elog(LOG, "sdp flow \"%s\" worker started after its slot was given to another worker, exiting",
+			 w->args.name);
+		proc_exit(0);
+	}
+	before_shmem_exit(worker_on_exit, (Datum) 0);
+
 	/* a fault (a signal) is recorded with the offsets it happened at: two in a row there fail the flow */
 	sdp_crash_guard_start(w);
-
-	/* Publish our pid; from here on our exit is reported to the launcher. */
-	now = GetCurrentTimestamp();
-	SpinLockAcquire(&w->slot->mutex);
-	w->slot->ctl.pid = MyProcPid;
-	w->slot->ctl.latch = MyLatch;
-	w->slot->ctl.started_at = now;
-	SpinLockRelease(&w->slot->mutex);
-	before_shmem_exit(worker_on_exit, (Datum) 0);
 
 	/* Run as the flow's owner: its privileges apply to everything the flow reads and writes. */
 	BackgroundWorkerInitializeConnectionByOid(w->args.dboid, w->args.owner, 0);

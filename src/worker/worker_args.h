@@ -15,6 +15,7 @@ typedef struct SdpWorkerArgs
 	Oid			dboid;
 	Oid			owner;
 	int64		flow_id;
+	uint64		generation;		/* the slot's, when the launcher registered the worker */
 	int			worker_no;		/* which of the flow's workers, 0 .. nworkers - 1 */
 	int			nworkers;		/* partition p is this worker's when p % nworkers = worker_no */
 	char		name[NAMEDATALEN];
