@@ -146,6 +146,7 @@ sdp_flow_state_name(SdpFlowState state)
 int
 sdp_slot_next(const char *name, int after)
 {
+	Assert(LWLockHeldByMe(SdpShmem->lock));
 	for (int i = after + 1; i < SdpShmem->max_flows; i++)
 	{
 		if (SdpShmem->slots[i].in_use &&
@@ -168,6 +169,7 @@ sdp_slots_free(void)
 {
 	int			n = 0;
 
+	Assert(LWLockHeldByMe(SdpShmem->lock));
 	for (int i = 0; i < SdpShmem->max_flows; i++)
 		n += !SdpShmem->slots[i].in_use;
 	return n;
@@ -181,9 +183,11 @@ sdp_slots_free(void)
 int
 sdp_slot_allocate(const char *name, int worker_no, int nworkers)
 {
+	Assert(LWLockHeldByMeInMode(SdpShmem->lock, LW_EXCLUSIVE));
 	for (int i = 0; i < SdpShmem->max_flows; i++)
 	{
 		SdpFlowSlot *slot = &SdpShmem->slots[i];
+		uint64		generation;
 
 		if (slot->in_use)
 			continue;
@@ -194,8 +198,15 @@ sdp_slot_allocate(const char *name, int worker_no, int nworkers)
 		slot->stats.broker_ok = true;
 		SDP_SLOT_STATS_END_WRITE(slot);
 
+		/*
+		 * The generation goes on across allocations: a worker registered for
+		 * the slot's last use that starts late must not match its next
+		 * (worker_attach).
+		 */
 		SpinLockAcquire(&slot->mutex);
+		generation = slot->ctl.generation;
 		memset(&slot->ctl, 0, sizeof(SdpSlotControl));
+		slot->ctl.generation = generation;
 		/* state is STOPPED now: a new slot */
 		(void) sdp_slot_transition_locked(slot, SDP_FLOW_STARTING);
 		SpinLockRelease(&slot->mutex);
@@ -215,6 +226,7 @@ sdp_slot_free(int slotno)
 {
 	SdpFlowSlot *slot = &SdpShmem->slots[slotno];
 
+	Assert(LWLockHeldByMeInMode(SdpShmem->lock, LW_EXCLUSIVE));
 	slot->in_use = false;
 	slot->name[0] = '\0';
 }

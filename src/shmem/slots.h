@@ -79,7 +79,7 @@ typedef struct SdpSlotControl
 	int64		flow_id;		/* sdp.flows.id of the flow the launcher started */
 	Oid			owner;			/* the role the launcher started its worker as: who may read last_error */
 	bool		stop_requested; /* the launcher asks the worker to exit (SetLatch on latch) */
-	uint64		generation;		/* bumped on each worker start */
+	uint64		generation;		/* bumped on each worker start, kept when the slot is taken again */
 	TimestampTz registered_at;
 	TimestampTz started_at;
 	TimestampTz exited_at;
