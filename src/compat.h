@@ -136,6 +136,24 @@ sdp_decode_datetime(char **field, int *ftype, int nf, int *dtype,
 #define sdp_primary_key_index(rel) RelationGetPrimaryKeyIndex(rel)
 #endif
 
+/*
+ * A wait event that pg_stat_activity names (PostgreSQL 17's custom wait
+ * events, registered once per process and kept in *id); before 17 the
+ * one Extension event.
+ */
+#if PG_VERSION_NUM >= 170000
+#include "utils/wait_event.h"
+static inline uint32
+sdp_wait_event(uint32 *id, const char *name)
+{
+	if (*id == 0)
+		*id = WaitEventExtensionNew(name);
+	return *id;
+}
+#else
+#define sdp_wait_event(id, name) ((void) (id), PG_WAIT_EXTENSION)
+#endif
+
 /* a wait set for the life of the process, in TopMemoryContext, no resource owner's */
 #if PG_VERSION_NUM >= 170000
 #define sdp_create_wait_set(nevents) CreateWaitEventSet(NULL, (nevents))

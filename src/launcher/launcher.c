@@ -20,6 +20,7 @@
  * wait for a lock, between two reconciliations.
  */
 #include "launcher/launcher.h"
+#include "compat.h"
 
 #include <signal.h>
 
@@ -51,6 +52,9 @@
 #include "tcop/tcopprot.h"
 #include "utils/guc.h"
 #include "utils/snapmgr.h"
+
+/* the wait event pg_stat_activity shows (sdp_wait_event) */
+static uint32 wait_main = 0;
 
 /* Seconds before the postmaster restarts a launcher that exited with an error. */
 #define SDP_LAUNCHER_RESTART_S	1
@@ -171,7 +175,7 @@ sdp_launcher_main(Datum main_arg)
 	{
 		/* Sleep until woken, the naptime passes, or the postmaster dies. */
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 launcher_sleep_ms(), PG_WAIT_EXTENSION);
+						 launcher_sleep_ms(), sdp_wait_event(&wait_main, "SdpLauncherMain"));
 		ResetLatch(MyLatch);
 		CHECK_FOR_INTERRUPTS();
 

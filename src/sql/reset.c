@@ -26,6 +26,7 @@
  * target and a window table, keyed, get them replaced).
  */
 #include "sdp.h"
+#include "compat.h"
 
 #include "access/xact.h"
 #include "catalog/pg_type.h"
@@ -45,6 +46,9 @@
 #include "shmem/slots.h"
 #include "sql/api.h"
 #include "sql/roles.h"
+
+/* the wait event pg_stat_activity shows (sdp_wait_event) */
+static uint32 wait_stop = 0;
 
 PG_FUNCTION_INFO_V1(sdp_reset_flow);
 PG_FUNCTION_INFO_V1(sdp_reset_flow_offsets);
@@ -154,7 +158,7 @@ reset_load_flow(ResetFlow *f)
 					 errdetail("Its workers have not all exited yet."),
 					 errhint("Try again when sdp.flow_status shows it stopped.")));
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 RESET_SLOT_POLL_MS, PG_WAIT_EXTENSION);
+						 RESET_SLOT_POLL_MS, sdp_wait_event(&wait_stop, "SdpResetWaitStop"));
 		ResetLatch(MyLatch);
 		CHECK_FOR_INTERRUPTS();
 	}

@@ -60,6 +60,10 @@
 #include "shmem/metrics.h"
 #include "shmem/slots.h"
 
+/* the wait events pg_stat_activity shows (sdp_wait_event) */
+static uint32 wait_main = 0;
+static uint32 wait_batch = 0;
+
 /* How often the worker refreshes partition high watermarks in its slot. */
 #define SDP_WATERMARK_REFRESH_MS	500
 /* How often it looks for new partitions of its topic. */
@@ -342,7 +346,7 @@ worker_wait_events(FlowWorker *w, long timeout_ms)
 {
 	WaitEvent	event;
 
-	if (WaitEventSetWait(loop.wait_set, timeout_ms, &event, 1, PG_WAIT_EXTENSION) > 0)
+	if (WaitEventSetWait(loop.wait_set, timeout_ms, &event, 1, sdp_wait_event(&wait_main, "SdpFlowMain")) > 0)
 	{
 		if (event.events & WL_LATCH_SET)
 			ResetLatch(MyLatch);
@@ -704,7 +708,8 @@ worker_poll(FlowWorker *w)
 			if (left <= 0)
 				break;
 			if (WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						  linger_wait_ms(w, Min(left, SDP_BEHIND_STEP_MS)), PG_WAIT_EXTENSION) & WL_LATCH_SET)
+						  linger_wait_ms(w, Min(left, SDP_BEHIND_STEP_MS)),
+						  sdp_wait_event(&wait_batch, "SdpFlowBatchFill")) & WL_LATCH_SET)
 				ResetLatch(MyLatch);
 			CHECK_FOR_INTERRUPTS();
 			queued = kafka_source_queued(w->kafka);

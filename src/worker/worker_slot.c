@@ -10,6 +10,7 @@
  * failure persisted in sdp.flows first), or stopped on request.
  */
 #include "worker/worker_slot.h"
+#include "compat.h"
 #include "decl/catalog.h"
 #include "kafka/kafka_properties.h"
 #include "shmem/slots.h"
@@ -23,6 +24,9 @@
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/snapmgr.h"
+
+/* the wait event pg_stat_activity shows (sdp_wait_event) */
+static uint32 wait_backoff = 0;
 
 static char refused_host[256];	/* the last broker the resolver refused (sdp_worker_report_refused_host) */
 
@@ -144,7 +148,7 @@ void
 sdp_worker_wait(FlowWorker *w, long timeout_ms)
 {
 	(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-					 timeout_ms, PG_WAIT_EXTENSION);
+					 timeout_ms, sdp_wait_event(&wait_backoff, "SdpFlowBackoff"));
 	ResetLatch(MyLatch);
 	CHECK_FOR_INTERRUPTS();
 	sdp_worker_alive(w);

@@ -41,6 +41,12 @@ is(SdpTest::query($node, "SELECT string_agg(worker || ':' || partitions::text, '
 is(SdpTest::query($node, "SELECT count(DISTINCT pid) FROM sdp.flow_workers"), '11', 'each worker is a process of its own');
 is(SdpTest::query($node, "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'sdp flow' AND application_name LIKE 'sdp flow events4 #%'"),
 	'4', 'named after their flow and number');
+# what they wait on, in pg_stat_activity: PostgreSQL 17's custom wait events, before it 'Extension'
+my ($flow_wait, $launcher_wait) = $node->pg_version >= 17 ? ('SdpFlowMain', 'SdpLauncherMain') : ('Extension', 'Extension');
+ok(SdpTest::wait_for($node, "SELECT count(*) = 4 FROM pg_stat_activity WHERE application_name LIKE 'sdp flow events4 #%' AND wait_event_type = 'Extension' AND wait_event = '$flow_wait'"),
+	"an idle worker waits on $flow_wait");
+ok(SdpTest::wait_for($node, "SELECT wait_event_type = 'Extension' AND wait_event = '$launcher_wait' FROM pg_stat_activity WHERE backend_type = 'sdp launcher'"),
+	"the launcher on $launcher_wait");
 
 # linger 50 ms: from the embedded broker, a backlog produced one message per
 # record batch (which each crash leaves) drains at about 1,000 messages a
