@@ -114,6 +114,7 @@ static struct
 	List	   *orphan_relays;	/* KafkaRelay: of rows left by workers of an earlier, larger layout */
 	bool		relay_pending;	/* the outbox may hold rows not produced */
 	bool		relay_draining; /* relay the blocking way (kafka_relay_drain): at start, after an error */
+	bool		stall_probed;	/* SDP_PROBE_STALL begun, not yet ended */
 	int64		relay_wait_seq; /* at start: other workers' rows up to this seq go first, 0: none */
 	int			relay_backoff_ms;	/* the relay could not write the sink: wait this long */
 	TimestampTz standby_logged; /* the relay's wait for the standbys was last logged then (0: none) */
@@ -1159,10 +1160,16 @@ worker_loop(FlowWorker *w)
 			sdp_stateful_reload_if_changed(w);
 		if (loop.relay_draining)
 		{
-			SDP_PROBE_BEGIN(SDP_PROBE_STALL);
+			/* the stall runs from the first try to the one that drains, across the retries */
+			if (!loop.stall_probed)
+			{
+				SDP_PROBE_BEGIN(SDP_PROBE_STALL);
+				loop.stall_probed = true;
+			}
 			if (!worker_relay(w))
 				continue;
 			SDP_PROBE_END(SDP_PROBE_STALL);
+			loop.stall_probed = false;
 			loop.relay_pending = false;
 			loop.relay_draining = false;
 		}
