@@ -738,6 +738,47 @@ run_isolated_stage(StageRun *r, SdpIsolateStep step, bool message, int lo, int h
 }
 
 /*
+ * Before a stateless flow's rows are isolated after an error that a row
+ * may cause but not its data (a privilege revoked, a table or a column
+ * dropped, a row-level security policy), a few rows spread over the batch
+ * are tried alone and rolled back: when each fails with the same SQLSTATE,
+ * the error is the world's, not the rows', and it is raised again for the
+ * batch at once (the worker retries it with backoff), instead of halving
+ * down to every row (2N - 1 subtransactions of transform and write).  A
+ * row that goes through, or another error, leaves the search to find the
+ * bad rows.  The rows tried move on at each attempt, so that a batch whose
+ * bad rows happen to be the ones tried is searched at the next.
+ */
+#define SDP_WORLD_PROBES 4
+
+static void
+world_fault(StageRun *r)
+{
+	static uint32 round = 0;
+	Batch	   *b = r->b;
+	StageRun	saved = *r;
+	int64		rows_out = b->rows_out,
+				rows_written = b->rows_written,
+				rows_tomb = b->rows_tomb;
+	int			units[SDP_WORLD_PROBES];
+	ErrorData  *edata;
+
+	if (b->world_errcode == 0 || b->nrows < 2 * SDP_WORLD_PROBES)
+		return;
+	round++;
+	for (int k = 0; k < SDP_WORLD_PROBES; k++)
+		units[k] = (int) (((int64) k * b->nrows / SDP_WORLD_PROBES + round) % b->nrows);
+	edata = sdp_isolate_probe(transform_and_write, sdp_is_row_error, r, units, SDP_WORLD_PROBES, b->world_errcode);
+	/* what the probes counted (they were rolled back) */
+	*r = saved;
+	b->rows_out = rows_out;
+	b->rows_written = rows_written;
+	b->rows_tomb = rows_tomb;
+	if (edata != NULL)
+		ReThrowError(edata);
+}
+
+/*
  * A stateless flow's rows: at once (fast path: an error aborts the attempt
  * and the next one isolates), or isolated.
  */
@@ -752,6 +793,7 @@ stage_stateless(FlowWorker *w, Batch *b, bool isolate, char **fail_message)
 		transform_and_write(&r, 0, b->nrows);
 		return true;
 	}
+	world_fault(&r);
 	if (run_isolated_stage(&r, transform_and_write, true, 0, b->nrows))
 		return true;
 	*fail_message = r.fail_message;
@@ -1072,6 +1114,8 @@ sdp_batch_run(FlowWorker *w, Batch *b, char **message)
 		if (!isolate && (sdp_is_row_error(edata->sqlerrcode) ||
 						 (b->decode_raised && sdp_is_decode_error(edata->sqlerrcode))))
 		{
+			b->world_errcode = sdp_is_row_error(edata->sqlerrcode) && !sdp_is_data_error(edata->sqlerrcode)
+				? edata->sqlerrcode : 0;
 			isolate = true;
 			continue;
 		}

@@ -123,6 +123,55 @@ run_in_subtransaction(SdpIsolateStep step, SdpIsolateFault fault, void *arg, int
 }
 
 /*
+ * Run step(arg, i, i + 1) for each of units[0 .. nunits), each in a
+ * subtransaction rolled back whether it passed or not: a probe leaves the
+ * batch as it was (what step counts in arg is the caller's to restore).
+ * Returns the first unit's error if every unit failed with SQLSTATE
+ * sqlerrcode, else NULL (in the caller's memory context).  Errors not the
+ * units' fault propagate, as in sdp_isolate.
+ */
+ErrorData *
+sdp_isolate_probe(SdpIsolateStep step, SdpIsolateFault fault, void *arg,
+				  const int *units, int nunits, int sqlerrcode)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
+	ErrorData  *volatile first = NULL;
+
+	for (int k = 0; k < nunits; k++)
+	{
+		ErrorData  *volatile edata = NULL;
+
+		BeginInternalSubTransaction(NULL);
+		MemoryContextSwitchTo(cxt);
+		PG_TRY();
+		{
+			step(arg, units[k], units[k] + 1);
+		}
+		PG_CATCH();
+		{
+			MemoryContextSwitchTo(cxt);
+			edata = CopyErrorData();
+			FlushErrorState();
+		}
+		PG_END_TRY();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+		(void) SPI_unregister_relation(SDP_INPUT_RELATION);
+		(void) SPI_unregister_relation(SDP_OUTPUT_RELATION);
+		(void) SPI_unregister_relation(SDP_DELETED_RELATION);
+		if (edata != NULL && !fault(edata->sqlerrcode))
+			ReThrowError(edata);
+		if (edata == NULL || edata->sqlerrcode != sqlerrcode)
+			return NULL;
+		if (first == NULL)
+			first = edata;
+	}
+	return first;
+}
+
+/*
  * Run the stage over units [lo, hi), setting aside each unit that fails
  * alone.  Returns false as soon as 'bad' says stop.
  */

@@ -21,5 +21,7 @@ extern bool sdp_is_row_error(int sqlerrcode);
 extern bool sdp_is_decode_error(int sqlerrcode);
 extern bool sdp_isolate(SdpIsolateStep step, SdpIsolateBad bad, SdpIsolateFault fault,
 						void *arg, int lo, int hi);
+extern ErrorData *sdp_isolate_probe(SdpIsolateStep step, SdpIsolateFault fault, void *arg,
+									const int *units, int nunits, int sqlerrcode);
 
 #endif							/* SDP_ISOLATE_H */

@@ -82,6 +82,7 @@ typedef struct Batch
 	int64	   *next;			/* per assigned partition: next offset once committed */
 	bool		checkpointed;	/* a stateful flow's checkpoint committed with it */
 	List	   *suspected;		/* SdpMessageId: messages that failed alone, not for their data, in the last attempt */
+	int			world_errcode;	/* the SQLSTATE of the attempt at once, when a row may cause it but not its data: probed before isolating */
 	bool	   *row_tomb;		/* rows[i] is a tombstone to delete (on_tombstone = delete) */
 	int64		rows_tomb;		/* tombstone rows applied */
 	bool	   *skip_msg;		/* msgs[i] is to be skipped; NULL when none is */
